@@ -1,0 +1,1 @@
+"""topology package of deepseek-operator."""
