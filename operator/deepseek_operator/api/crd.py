@@ -1,0 +1,205 @@
+"""Generate the DeepSeekServing CRD from the pydantic models (``deepseek-operator crds``).
+
+The output is a structural schema: every ``$ref`` inlined, no ``additionalProperties: false``,
+no ``anyOf`` with ``null``, free-form objects marked ``x-kubernetes-preserve-unknown-fields``,
+and the CEL rules of :mod:`deepseek_operator.api.rules` attached where they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from typing import Any
+
+import yaml
+
+from deepseek_operator.api.rules import rules_for_scope
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.api.status import DeepSeekServingStatus
+
+GROUP = "serving.deepseek-operator.io"
+VERSION = "v1alpha1"
+KIND = "DeepSeekServing"
+PLURAL = "deepseekservings"
+SINGULAR = "deepseekserving"
+SHORT_NAMES = ["dss"]
+CATEGORIES = ["deepseek"]
+API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {
+        "name": "Backend",
+        "type": "string",
+        "jsonPath": ".status.resolved.moeBackend",
+        "description": "MoE backend rendered into --moe-backend",
+    },
+    {
+        "name": "SP",
+        "type": "boolean",
+        "jsonPath": ".status.resolved.sequenceParallel",
+        "description": "DeepSeek V4 sequence parallelism",
+    },
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        "description": "All replicas ready",
+    },
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": ".status.decision.reason",
+        "description": "Why the backend was chosen",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+_DROP_KEYS = {"title", "$defs"}
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """Resolve ``$ref`` and turn pydantic's JSON schema into a structural OpenAPI v3 schema."""
+    if isinstance(node, list):
+        return [_inline(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].split("/")[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        target.update(extra)
+        return _inline(target, defs)
+    node = {k: v for k, v in node.items() if k not in _DROP_KEYS}
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        types = sorted(o.get("type", "") for o in options)
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if types == ["integer", "string"]:
+            merged: dict[str, Any] = {"x-kubernetes-int-or-string": True}
+        elif len(options) == 1:
+            merged = dict(options[0])
+        else:
+            raise ValueError(f"cannot express anyOf {node['anyOf']} structurally")
+        merged.update(rest)
+        if merged.get("default", 0) is None:
+            del merged["default"]
+        return _inline(merged, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: _inline(sub, defs) for name, sub in value.items()}
+        elif key == "additionalProperties":
+            if value is False:
+                continue
+            if value is True or value == {}:
+                out["x-kubernetes-preserve-unknown-fields"] = True
+            else:
+                out[key] = _inline(value, defs)
+        else:
+            out[key] = _inline(value, defs)
+    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def _schema_of(model: type[Any]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    schema: dict[str, Any] = _inline(raw, defs)
+    return schema
+
+
+def _strip_defaults(node: Any) -> Any:
+    """Drop ``default`` everywhere: status is written whole by the operator, never defaulted."""
+    if isinstance(node, dict):
+        return {k: _strip_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_strip_defaults(v) for v in node]
+    return node
+
+
+def _attach_rules(spec_schema: dict[str, Any]) -> None:
+    targets = {
+        "spec": spec_schema,
+        "spec.parallelism": spec_schema["properties"]["parallelism"],
+        "spec.engine": spec_schema["properties"]["engine"],
+    }
+    for scope, node in targets.items():
+        rules = rules_for_scope(scope)
+        if rules:
+            node["x-kubernetes-validations"] = [
+                {
+                    "rule": r.cel,
+                    "message": r.message,
+                    "fieldPath": r.field_path,
+                    "reason": "FieldValueInvalid",
+                }
+                for r in rules
+            ]
+
+
+def build_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition object for DeepSeekServing."""
+    spec_schema = _schema_of(DeepSeekServingSpec)
+    spec_schema["description"] = DeepSeekServingSpec.__doc__ or ""
+    _attach_rules(spec_schema)
+    status_schema = _strip_defaults(_schema_of(DeepSeekServingStatus))
+    status_schema["description"] = DeepSeekServingStatus.__doc__ or ""
+    root = {
+        "type": "object",
+        "description": "DeepSeekServing serves a DeepSeek V4/V4.1 checkpoint with vLLM and "
+        "chooses the MoE backend from the GPUs of the cluster's nodes.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "API version of this object."},
+            "kind": {"type": "string", "description": "Kind of this object."},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": status_schema,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "deepseek-operator"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    """The CRD as the YAML text checked in under ``crds/``."""
+    header = "# Generated by `deepseek-operator crds` from operator/deepseek_operator/api/. Do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+
+
+def crds_command(args: argparse.Namespace) -> int:
+    """``deepseek-operator crds``: print the generated CRD."""
+    del args
+    sys.stdout.write(crd_yaml())
+    return 0

@@ -1,0 +1,91 @@
+"""Turn a DeepSeekServing object (a dict from YAML or the API server) into a validated spec.
+
+Every failure becomes a :class:`~deepseek_operator.api.errors.SpecError` naming the field path
+(camelCase, from the object root), the value and the rule, in the API server's wording.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from deepseek_operator.api.crd import API_VERSION, KIND
+from deepseek_operator.api.errors import SpecError
+from deepseek_operator.api.spec import DeepSeekServingSpec
+
+
+@dataclass(frozen=True)
+class ServingObject:
+    """A DeepSeekServing's identity plus its validated spec."""
+
+    name: str
+    namespace: str
+    spec: DeepSeekServingSpec
+    generation: int = 1
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = "spec"
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _lookup(data: Any, loc: tuple[int | str, ...]) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+_PYDANTIC_WORDING = {
+    "extra_forbidden": "unknown field (not in the DeepSeekServing schema)",
+    "missing": "Required value",
+}
+
+
+def parse_spec(raw: Any) -> DeepSeekServingSpec:
+    """Validate a raw ``spec`` mapping; raise SpecError for the first problem found."""
+    if not isinstance(raw, dict):
+        raise SpecError("spec", raw, "must be an object")
+    try:
+        return DeepSeekServingSpec.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        ctx_error = (first.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, SpecError):
+            raise ctx_error from None
+        loc = tuple(first["loc"])
+        message = _PYDANTIC_WORDING.get(first["type"], first["msg"].replace("Input should be", "must be"))
+        if first["type"] == "missing":
+            raise SpecError(_path(loc), None, message) from None
+        raise SpecError(_path(loc), _lookup(raw, loc), message) from None
+
+
+def parse_serving(obj: Any) -> ServingObject:
+    """Validate a whole DeepSeekServing object (apiVersion, kind, metadata, spec)."""
+    if not isinstance(obj, dict):
+        raise SpecError("(document)", type(obj).__name__, "must be a DeepSeekServing object")
+    if obj.get("kind") != KIND:
+        raise SpecError("kind", obj.get("kind"), f"must be {KIND}")
+    if obj.get("apiVersion") != API_VERSION:
+        raise SpecError("apiVersion", obj.get("apiVersion"), f"must be {API_VERSION}")
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError("metadata.name", name, "Required value")
+    spec = parse_spec(obj.get("spec"))
+    return ServingObject(
+        name=name,
+        namespace=str(meta.get("namespace") or "default"),
+        spec=spec,
+        generation=int(meta.get("generation") or 1),
+        uid=str(meta.get("uid") or ""),
+        labels=dict(meta.get("labels") or {}),
+    )

@@ -1,0 +1,230 @@
+"""Pydantic models of the ``DeepSeekServing`` spec: the ONE source of the CRD's spec schema.
+
+Field names are the API contract (design.md §2): camelCase on the wire, snake_case in Python.
+Every field's docstring becomes its ``description`` in the CRD, so ``kubectl explain`` shows it.
+The static cross-field rules of :mod:`deepseek_operator.api.rules` run here as a model
+validator, and the same rules run in the API server as CEL.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from deepseek_operator.api.errors import SpecError
+from deepseek_operator.api.rules import SPEC_RULES
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: camelCase aliases, attribute docstrings as descriptions."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+
+class ModelSpec(ApiModel):
+    """The checkpoint to serve and the facts about it that decide the MoE backend."""
+
+    name: str = Field(min_length=1)
+    """Hugging Face model id (e.g. deepseek-ai/DeepSeek-V4.1-Flash) or a path inside the image or the model-cache volume. Known names fill the facts below from the built-in catalog."""
+
+    revision: str | None = None
+    """Model revision (a commit hash, branch or tag) passed as --revision."""
+
+    served_model_name: str | None = None
+    """Name clients use in API requests (--served-model-name); defaults to the model name."""
+
+    architecture: str | None = None
+    """HF architecture, e.g. DeepseekV41ForCausalLM. Required for checkpoints the catalog does not know; overrides the catalog when set."""
+
+    expert_dtype: Literal["fp4", "fp8"] | None = None
+    """Data type of the routed experts: fp4 (MXFP4, MegaMoE-capable) or fp8."""
+
+    scoring_func: str | None = None
+    """Router scoring function from the HF config; MegaMoE needs sqrtsoftplus."""
+
+    hidden_size: int | None = Field(default=None, ge=1)
+    """Model hidden size; MegaMoE needs a multiple of 128."""
+
+    moe_intermediate_size: int | None = Field(default=None, ge=1)
+    """Per-expert intermediate size; MegaMoE needs a multiple of 128."""
+
+    num_routed_experts: int | None = Field(default=None, ge=1)
+    """Number of routed experts (n_routed_experts); must be divisible by the expert-parallel size for MegaMoE."""
+
+    num_draft_routed_experts: int | None = Field(default=None, ge=1)
+    """Routed experts of the speculative draft layers (128 for V4.1's DSpark); must also be divisible by the expert-parallel size when speculative decoding is on."""
+
+
+class ParallelismSpec(ApiModel):
+    """How vLLM shards the model; each field maps to one vLLM flag."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """--tensor-parallel-size: GPUs each attention layer is split across."""
+
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    """--pipeline-parallel-size: pipeline stages."""
+
+    data_parallel_size: int = Field(default=1, ge=1)
+    """--data-parallel-size: data-parallel ranks in one serving replica."""
+
+    data_parallel_size_local: int | None = Field(default=None, ge=1)
+    """--data-parallel-size-local: DP ranks per pod. Defaults to dataParallelSize (one pod per replica); smaller values spread a replica over several pods ("remote DP")."""
+
+    expert_parallel: bool = False
+    """--enable-expert-parallel: shard the experts over TP x DP GPUs. Required by every MegaMoE backend."""
+
+    enable_eplb: bool = False
+    """--enable-eplb: expert-parallel load balancing (not supported by the FlashInfer moe_ep backends)."""
+
+    decode_context_parallel_size: int = Field(default=1, ge=1)
+    """--decode-context-parallel-size; must divide tensorParallelSize."""
+
+    prefill_context_parallel_size: int = Field(default=1, ge=1)
+    """--prefill-context-parallel-size."""
+
+    distributed_executor_backend: Literal["mp", "ray"] = "mp"
+    """--distributed-executor-backend: mp (multiprocessing) or ray."""
+
+    @property
+    def dp_local(self) -> int:
+        """DP ranks per pod, with the default applied."""
+        return self.data_parallel_size_local or self.data_parallel_size
+
+
+class EngineSpec(ApiModel):
+    """Typed common vLLM engine flags; each maps to exactly one flag."""
+
+    max_model_len: int | None = Field(default=None, ge=1)
+    """--max-model-len: maximum context length."""
+
+    kv_cache_dtype: str | None = None
+    """--kv-cache-dtype, e.g. fp8."""
+
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """--max-num-seqs: concurrent sequences per engine."""
+
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    """--max-num-batched-tokens: tokens per scheduler step (also sizes MegaMoE's symmetric buffer)."""
+
+    enable_prefix_caching: bool | None = None
+    """--enable-prefix-caching / --no-enable-prefix-caching; unset leaves vLLM's default."""
+
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    """--gpu-memory-utilization: fraction of each GPU's memory vLLM may use."""
+
+    block_size: int | None = Field(default=None, ge=1)
+    """--block-size: KV-cache block size in tokens."""
+
+    trust_remote_code: bool = False
+    """--trust-remote-code."""
+
+    tokenizer_mode: str | None = None
+    """--tokenizer-mode, e.g. deepseek_v41."""
+
+    reasoning_parser: str | None = None
+    """--reasoning-parser, e.g. deepseek_v41."""
+
+    tool_call_parser: str | None = None
+    """--tool-call-parser, e.g. deepseek_v41; also turns on --enable-auto-tool-choice."""
+
+    speculative_config: dict[str, Any] | None = None
+    """--speculative-config as a JSON object, e.g. {method: dspark, num_speculative_tokens: 5}. Any value turns speculative decoding on."""
+
+    enable_dbo: bool = False
+    """--enable-dbo: dual-batch overlap (microbatching)."""
+
+    ubatch_size: int = Field(default=0, ge=0)
+    """--ubatch-size: microbatch count; values above 1 turn microbatching on."""
+
+    extra_args: list[str] = Field(default_factory=list, max_length=128)
+    """Arguments appended verbatim after every rendered flag. They must not repeat a flag rendered from a typed field."""
+
+
+class ModelCacheSpec(ApiModel):
+    """Where the weights are cached inside the pod."""
+
+    claim_name: str | None = None
+    """PersistentVolumeClaim to mount; unset uses an emptyDir (weights are downloaded on every start)."""
+
+    mount_path: str = "/root/.cache/huggingface"
+    """Mount path of the cache volume (HF_HOME)."""
+
+    size_limit: str | None = None
+    """sizeLimit of the emptyDir used when claimName is unset, e.g. 600Gi."""
+
+
+class ResourcesSpec(ApiModel):
+    """CPU and memory requests/limits of the vLLM container; the GPU limit is derived, never set here."""
+
+    requests: dict[str, int | str] = Field(default_factory=dict, max_length=32)
+    """Resource requests, e.g. {cpu: 32, memory: 512Gi}."""
+
+    limits: dict[str, int | str] = Field(default_factory=dict, max_length=32)
+    """Resource limits."""
+
+
+class DeepSeekServingSpec(ApiModel):
+    """Desired state of a DeepSeek V4/V4.1 deployment served by vLLM."""
+
+    model: ModelSpec
+    """The checkpoint and its backend-deciding facts."""
+
+    image: str = Field(min_length=1)
+    """vLLM container image, e.g. vllm/vllm-openai:deepseekv41-flash-0909."""
+
+    replicas: int = Field(default=1, ge=0)
+    """Independent serving replicas, each one expert-parallel group."""
+
+    moe_backend: str = Field(default="auto", min_length=1, max_length=64)
+    """vLLM MoE backend (--moe-backend). auto lets the operator pick deep_gemm_mega_moe for DeepSeek V4.1 where every vLLM condition holds, and otherwise leaves auto to vLLM; any other vLLM MoE backend is kept verbatim and checked against vLLM's hard guards. Case and '-' are normalised like vLLM."""
+
+    parallelism: ParallelismSpec = Field(
+        default_factory=ParallelismSpec, json_schema_extra={"default": {}}
+    )
+    """Parallel layout (TP, PP, DP, EP, context parallel)."""
+
+    engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
+    """Typed vLLM engine flags."""
+
+    env: list[dict[str, Any]] = Field(default_factory=list)
+    """core/v1 EnvVar list passed to the vLLM container (VLLM_USE_DEEP_GEMM=0 disables automatic MegaMoE)."""
+
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    """CPU/memory requests and limits of the vLLM container."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Restricts the candidate node pool; the operator adds its own affinity on top."""
+
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """core/v1 Tolerations for the serving pods (GPU nodes are often tainted)."""
+
+    gpu_resource_name: str = Field(default="nvidia.com/gpu", min_length=1, max_length=253)
+    """Extended resource name of one GPU."""
+
+    model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec)
+    """Model-cache volume."""
+
+    port: int = Field(default=8000, ge=1, le=65535)
+    """HTTP port of the OpenAI-compatible server and of the Service."""
+
+    @model_validator(mode="after")
+    def _static_rules(self) -> DeepSeekServingSpec:
+        for rule in SPEC_RULES:
+            if not rule.holds(self):
+                raise SpecError(rule.full_path, rule.value(self), rule.message)
+        return self
+
+    def env_value(self, name: str) -> str | None:
+        """The literal value of env var ``name`` in ``spec.env`` (None when absent or valueFrom)."""
+        for item in self.env:
+            if item.get("name") == name and "value" in item:
+                return str(item["value"])
+        return None

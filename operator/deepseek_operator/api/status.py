@@ -1,0 +1,151 @@
+"""Pydantic models of the ``DeepSeekServing`` status, and the condition/reason constants.
+
+The operator writes exactly this shape, and ``render -o json`` prints it, so users can preview
+what ``kubectl get dss -o yaml`` will show. There is no ``phase``: conditions carry the state.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from deepseek_operator.api.spec import ApiModel
+
+# Condition types (design.md §2).
+BACKEND_RESOLVED = "BackendResolved"
+"""The MoE backend was decided and can run on at least one candidate node."""
+PLACEABLE = "Placeable"
+"""Enough eligible nodes exist for every replica's expert-parallel group."""
+READY = "Ready"
+"""All replicas' pods are ready (summary, positive polarity)."""
+
+# Reasons.
+REASON_MEGA_MOE_SELECTED = "MegaMoESelected"
+"""auto became deep_gemm_mega_moe: every vLLM condition holds on the eligible nodes."""
+REASON_KEPT_AUTO = "KeptAuto"
+"""auto stays auto (vLLM picks its FusedMoE backend); the decision's reason names the failed check."""
+REASON_EXPLICIT = "Explicit"
+"""The user's explicit backend is kept and vLLM's hard guards hold."""
+REASON_KEPT_PREVIOUS = "KeptPreviousDecision"
+"""Node changes made another decision possible or necessary, but the running one still has nodes."""
+REASON_ENOUGH_NODES = "EnoughNodes"
+"""Eligible nodes can hold every replica."""
+REASON_INSUFFICIENT_NODES = "InsufficientNodes"
+"""Too few eligible nodes (or GPUs) for all replicas."""
+REASON_ALL_REPLICAS_READY = "AllReplicasReady"
+"""Every replica has its pods ready."""
+REASON_REPLICAS_NOT_READY = "ReplicasNotReady"
+"""Some replicas are not ready yet (loading weights can take tens of minutes)."""
+REASON_NOT_PLACEABLE = "NotPlaceable"
+"""Ready is False because the workload cannot be placed."""
+REASON_BACKEND_UNRUNNABLE = "BackendUnrunnable"
+"""Ready is False because the explicit backend cannot run anywhere."""
+REASON_INVALID_SPEC = "InvalidSpec"
+"""The spec breaks a static rule (normally stopped by the API server's CEL rules)."""
+
+
+def failed_reason(check_name: str) -> str:
+    """Reason for a decision that stopped at ``check_name``, e.g. ``GPUArchitectureFailed``."""
+    return f"{check_name}Failed"
+
+
+class Check(ApiModel):
+    """One rule of the decision, with the values it observed."""
+
+    name: str
+    """CamelCase rule name, e.g. GPUArchitecture."""
+
+    passed: bool
+    """Whether the rule holds."""
+
+    message: str
+    """What was observed, with the actual values."""
+
+    rule: str = ""
+    """Id of the rule in vLLM's decision list (R2-R14 for auto, A1-A10 for explicit MegaMoE)."""
+
+
+class Decision(ApiModel):
+    """Why the backend was chosen."""
+
+    requested: str
+    """spec.moeBackend as the user wrote it."""
+
+    reason: str
+    """CamelCase constant: MegaMoESelected, KeptAuto, Explicit or <Check>Failed."""
+
+    message: str = ""
+    """One sentence explaining the decision."""
+
+    checks: list[Check] = Field(default_factory=list)
+    """One entry per rule, in evaluation order."""
+
+
+class Resolved(ApiModel):
+    """The values the operator rendered."""
+
+    moe_backend: str
+    """Value rendered into --moe-backend ("auto" when left to vLLM)."""
+
+    sequence_parallel: bool
+    """DeepSeek V4 sequence parallelism as vLLM will compute it (PP == 1, EP, TP > 1, and a MegaMoE backend or DP > 1)."""
+
+    expert_parallel_size: int
+    """Expert-parallel group size (TP x DP when expert parallel is on, else 1)."""
+
+    gpus_per_pod: int
+    """GPUs each pod requests (TP x PP x local DP x PCP)."""
+
+    pods_per_replica: int = 1
+    """Pods per serving replica (more than 1 for multi-node replicas)."""
+
+    eligible_nodes: int = 0
+    """Nodes where the decision holds and the pod fits."""
+
+
+class Condition(ApiModel):
+    """A metav1.Condition."""
+
+    type: str
+    """Condition type: BackendResolved, Placeable or Ready."""
+
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+
+    reason: str
+    """CamelCase reason."""
+
+    message: str
+    """Human-readable details with the observed values."""
+
+    observed_generation: int = 0
+    """metadata.generation the condition was computed for."""
+
+    last_transition_time: str = ""
+    """RFC 3339 time the status last changed."""
+
+
+class DeepSeekServingStatus(ApiModel):
+    """Observed state written by the operator."""
+
+    observed_generation: int = 0
+    """metadata.generation the status reflects."""
+
+    resolved: Resolved | None = None
+    """The rendered choices."""
+
+    decision: Decision | None = None
+    """The decision and its checks."""
+
+    replicas: int = 0
+    """Desired serving replicas."""
+
+    ready_replicas: int = 0
+    """Replicas whose pods are all ready."""
+
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """BackendResolved, Placeable and Ready."""
