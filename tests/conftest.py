@@ -1,0 +1,24 @@
+"""Shared pytest fixtures and hooks. Append new sections at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+# --- real local control plane (tests/k8s/cluster.py; binaries: hack/build-control-plane.sh) ---
+from k8s.cluster import (  # noqa: F401  (fixtures are used by name)
+    attach_logs_on_failure,
+    control_plane,
+    full_cluster,
+    namespace,
+    node_factory,
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, Any, None]:
+    """Attach control-plane component log tails to failed tests that used the cluster."""
+    outcome = yield
+    attach_logs_on_failure(item, outcome.get_result())

@@ -1,0 +1,903 @@
+"""A real, local Kubernetes control plane for integration and e2e tests.
+
+The binaries (etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kwok, helm)
+are built once by ``hack/build-control-plane.sh`` into ``$DSO_CACHE/bin``
+(default ``~/.cache/deepseek-operator/bin``); ``DSO_BIN_DIR`` overrides the directory.
+
+Fixtures (registered in ``tests/conftest.py``):
+
+* ``control_plane`` (session): etcd + kube-apiserver on free loopback ports, TLS from openssl, a
+  static admin token (``system:masters``), ServiceAccount signing keys, ``Node,RBAC``
+  authorization. Yields a :class:`ControlPlane`.
+* ``full_cluster`` (session): the same :class:`ControlPlane` with kube-controller-manager,
+  kube-scheduler and kwok also running. kwok manages Nodes annotated ``kwok.x-k8s.io/node=fake``
+  (see :func:`make_gpu_node`) and moves Pods bound to them to Running/Ready.
+* ``namespace`` (function): a fresh namespace (with its ``default`` ServiceAccount), deleted after.
+* ``node_factory`` (function): ``node_factory(node_dict, ...) -> list[dict]`` creates Nodes
+  (status through the status subresource) and deletes them after the test.
+
+Missing binaries: the fixtures fail (``pytest.fail``) when ``CI=true`` or
+``DSO_REQUIRE_CLUSTER=1``; otherwise they skip and say to run ``make cluster-bins``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+#: Annotation kwok selects the Nodes it manages by (``--manage-nodes-with-annotation-selector``).
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_VALUE = "fake"
+
+CORE_BINARIES = ("etcd", "kube-apiserver", "kubectl")
+FULL_BINARIES = ("kube-controller-manager", "kube-scheduler", "kwok")
+ALL_BINARIES = (*CORE_BINARIES, *FULL_BINARIES, "helm")
+
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+# Startup deadlines (seconds). kube-apiserver needs ~5-10 s on a 2-core machine.
+APISERVER_READY_TIMEOUT = 90.0
+COMPONENT_READY_TIMEOUT = 90.0
+STOP_GRACE = 10.0
+
+
+# --------------------------------------------------------------------------------------------
+# Binary discovery
+# --------------------------------------------------------------------------------------------
+
+
+def default_bin_dir() -> Path:
+    """Return where the binaries are looked up: ``$DSO_BIN_DIR`` or ``$DSO_CACHE/bin``."""
+    if os.environ.get("DSO_BIN_DIR"):
+        return Path(os.environ["DSO_BIN_DIR"]).expanduser()
+    cache = os.environ.get("DSO_CACHE") or str(Path.home() / ".cache" / "deepseek-operator")
+    return Path(cache).expanduser() / "bin"
+
+
+def missing_binaries(names: Sequence[str], bin_dir: Path | None = None) -> list[str]:
+    """Return the names in *names* that are not executable files in *bin_dir*."""
+    bin_dir = bin_dir or default_bin_dir()
+    return [n for n in names if not os.access(bin_dir / n, os.X_OK)]
+
+
+def cluster_required() -> bool:
+    """Whether missing binaries must fail the run instead of skipping (CI or opted in)."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes") or os.environ.get(
+        "DSO_REQUIRE_CLUSTER", ""
+    ) not in ("", "0")
+
+
+def require_binaries(names: Sequence[str]) -> Path:
+    """Return the bin directory if every binary in *names* is there; else skip or fail.
+
+    Fails (never skips) when :func:`cluster_required` is true, so a CI job without the build step
+    cannot go green without running these tests.
+    """
+    bin_dir = default_bin_dir()
+    missing = missing_binaries(names, bin_dir)
+    if missing:
+        msg = (
+            f"control-plane binaries missing from {bin_dir}: {', '.join(missing)}. "
+            "Build them with `make cluster-bins` (hack/build-control-plane.sh), "
+            "or point DSO_BIN_DIR at a directory that has them."
+        )
+        if cluster_required():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    return bin_dir
+
+
+# --------------------------------------------------------------------------------------------
+# Small utilities
+# --------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """Return a currently free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    what: str = "condition",
+) -> T:
+    """Poll *predicate* until it returns a truthy value and return that value.
+
+    Exceptions raised by *predicate* count as "not yet". On timeout an ``AssertionError`` names
+    *what* and the last exception seen.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as exc:
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            suffix = f" (last error: {last_exc!r})" if last_exc else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{suffix}")
+        time.sleep(interval)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """Return the last *lines* lines of a text file ('' if it does not exist)."""
+    try:
+        data = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(data[-lines:])
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def generate_pki(directory: Path) -> dict[str, Path]:
+    """Create a CA, an apiserver serving certificate and ServiceAccount keys with openssl.
+
+    Returns paths keyed ``ca_crt ca_key apiserver_crt apiserver_key sa_key sa_pub``.
+    """
+    d = directory
+    d.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-days",
+        "3",
+        "-subj",
+        "/CN=deepseek-operator-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        cwd=d,
+    )
+    _openssl(
+        "req",
+        *ec,
+        "-subj",
+        "/CN=kube-apiserver",
+        "-keyout",
+        "apiserver.key",
+        "-out",
+        "apiserver.csr",
+        cwd=d,
+    )
+    sans = ",".join(
+        [
+            "IP:127.0.0.1",
+            "IP:10.0.0.1",
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+        ]
+    )
+    (d / "apiserver.ext").write_text(
+        f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n"
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "apiserver.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "3",
+        "-extfile",
+        "apiserver.ext",
+        "-out",
+        "apiserver.crt",
+        cwd=d,
+    )
+    # ServiceAccount token signing key pair (RS256, what kube-apiserver expects by default).
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+    return {
+        "ca_crt": d / "ca.crt",
+        "ca_key": d / "ca.key",
+        "apiserver_crt": d / "apiserver.crt",
+        "apiserver_key": d / "apiserver.key",
+        "sa_key": d / "sa.key",
+        "sa_pub": d / "sa.pub",
+    }
+
+
+def write_kubeconfig(
+    path: Path,
+    *,
+    server: str,
+    ca_file: Path,
+    token: str,
+    user: str = "admin",
+    cluster: str = "dso-test",
+) -> Path:
+    """Write a kubeconfig for *server* authenticating with a bearer *token*; return *path*."""
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": cluster, "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user}}],
+        "current-context": cluster,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg, indent=2))  # JSON is valid YAML
+    path.chmod(0o600)
+    return path
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl run whose message includes its stdout and stderr."""
+
+    def __str__(self) -> str:
+        return (
+            f"{super().__str__()}\n--- stdout ---\n{self.output or ''}"
+            f"\n--- stderr ---\n{self.stderr or ''}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Component:
+    """One running control-plane process with its log file."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    health_url: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: Mapping[str, str] | None = None) -> None:
+        """Start the process, stdout and stderr appended to :attr:`log_path`."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"$ {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+            )
+
+    @property
+    def running(self) -> bool:
+        """Whether the process was started and has not exited."""
+        return self.process is not None and self.process.poll() is None
+
+    def check_running(self) -> None:
+        """Raise ``RuntimeError`` with the log tail if the process has exited."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"{self.name} exited with code {self.process.returncode}; "
+                f"log {self.log_path}:\n{tail(self.log_path)}"
+            )
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """SIGTERM the process group, then SIGKILL after *grace* seconds."""
+        p = self.process
+        if p is None or p.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=grace)
+
+
+# --------------------------------------------------------------------------------------------
+# The control plane
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ControlPlane:
+    """A running local control plane and helpers to talk to it.
+
+    Attributes: ``kubeconfig`` (admin kubeconfig path), ``server`` (``https://127.0.0.1:PORT``),
+    ``token`` (admin bearer token, group ``system:masters``), ``ca_file`` (cluster CA),
+    ``bin_dir``, ``work_dir`` (PKI, etcd data, logs under ``work_dir/logs``), ``env`` (environment
+    for subprocesses: ``KUBECONFIG``, ``bin_dir`` first on ``PATH``, helm dirs in ``work_dir``),
+    ``sa_key_file``/``sa_pub_file`` (ServiceAccount signing keys), ``full`` (whether
+    controller-manager, scheduler and kwok run).
+    """
+
+    bin_dir: Path
+    work_dir: Path
+    server: str = ""
+    token: str = ""
+    ca_file: Path = Path()
+    kubeconfig: Path = Path()
+    env: dict[str, str] = field(default_factory=dict)
+    pki: dict[str, Path] = field(default_factory=dict)
+    components: list[Component] = field(default_factory=list)
+    full: bool = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def log_dir(self) -> Path:
+        """Directory holding one ``<component>.log`` per process."""
+        return self.work_dir / "logs"
+
+    @property
+    def sa_key_file(self) -> Path:
+        """ServiceAccount token signing private key."""
+        return self.pki["sa_key"]
+
+    @property
+    def sa_pub_file(self) -> Path:
+        """ServiceAccount token verification public key."""
+        return self.pki["sa_pub"]
+
+    def _bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def start(self) -> None:
+        """Start etcd and kube-apiserver and wait for ``/readyz``."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.pki = generate_pki(self.work_dir / "pki")
+        self.ca_file = self.pki["ca_crt"]
+        self.token = secrets.token_hex(24)
+        tokens = self.work_dir / "pki" / "tokens.csv"
+        tokens.write_text(f'{self.token},admin,admin-uid,"system:masters"\n')
+        tokens.chmod(0o600)
+
+        etcd_client, etcd_peer, secure_port = free_port(), free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_client}"
+        etcd = Component(
+            "etcd",
+            [
+                self._bin("etcd"),
+                "--name=dso",
+                f"--data-dir={self.work_dir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-cluster=dso=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            self.log_dir / "etcd.log",
+            health_url=f"{etcd_url}/health",
+        )
+        self._launch(etcd)
+        self._wait_healthy(etcd, timeout=30)
+
+        self.server = f"https://127.0.0.1:{secure_port}"
+        apiserver = Component(
+            "kube-apiserver",
+            [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={secure_port}",
+                f"--cert-dir={self.work_dir / 'apiserver-certs'}",
+                f"--tls-cert-file={self.pki['apiserver_crt']}",
+                f"--tls-private-key-file={self.pki['apiserver_key']}",
+                f"--client-ca-file={self.ca_file}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-issuer={SA_ISSUER}",
+                f"--service-account-key-file={self.pki['sa_pub']}",
+                f"--service-account-signing-key-file={self.pki['sa_key']}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                # 127.0.0.1 is not a valid Endpoints address; nothing in-cluster dials it anyway.
+                "--endpoint-reconciler-type=none",
+                "--enable-admission-plugins=NodeRestriction",
+                # No kubelet/node-lifecycle controller clears the not-ready taint this adds to
+                # fresh Nodes; kwok reports them Ready instead.
+                "--disable-admission-plugins=TaintNodesByCondition",
+                "--profiling=false",
+            ],
+            self.log_dir / "kube-apiserver.log",
+            health_url=f"{self.server}/readyz",
+        )
+        self._launch(apiserver)
+        self._wait_healthy(apiserver, timeout=APISERVER_READY_TIMEOUT)
+
+        self.kubeconfig = write_kubeconfig(
+            self.work_dir / "kubeconfig",
+            server=self.server,
+            ca_file=self.ca_file,
+            token=self.token,
+        )
+        helm_home = self.work_dir / "helm"
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HELM_CACHE_HOME": str(helm_home / "cache"),
+            "HELM_CONFIG_HOME": str(helm_home / "config"),
+            "HELM_DATA_HOME": str(helm_home / "data"),
+        }
+
+    def start_full(self) -> None:
+        """Also start kube-controller-manager, kube-scheduler and kwok, and wait for them."""
+        if self.full:
+            return
+        kcm_port, sched_port, kwok_port = free_port(), free_port(), free_port()
+        kc = str(self.kubeconfig)
+        common = [
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+        ]
+        kcm = Component(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                *common,
+                f"--secure-port={kcm_port}",
+                f"--cert-dir={self.work_dir / 'kcm-certs'}",
+                f"--service-account-private-key-file={self.pki['sa_key']}",
+                f"--root-ca-file={self.ca_file}",
+                "--use-service-account-credentials=true",
+                f"--cluster-signing-cert-file={self.ca_file}",
+                f"--cluster-signing-key-file={self.pki['ca_key']}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                # No pod CIDRs to hand out; kwok heartbeats leases but we keep node health
+                # out of the picture (no taints, no evictions).
+                "--controllers=*,-node-ipam-controller,-node-lifecycle-controller",
+            ],
+            self.log_dir / "kube-controller-manager.log",
+            health_url=f"https://127.0.0.1:{kcm_port}/healthz",
+        )
+        scheduler = Component(
+            "kube-scheduler",
+            [self._bin("kube-scheduler"), *common, f"--secure-port={sched_port}"],
+            self.log_dir / "kube-scheduler.log",
+            health_url=f"https://127.0.0.1:{sched_port}/healthz",
+        )
+        kwok = Component(
+            "kwok",
+            [
+                self._bin("kwok"),
+                f"--kubeconfig={kc}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.0.0.1",
+                f"--server-address=127.0.0.1:{kwok_port}",
+                "--node-lease-duration-seconds=40",
+            ],
+            self.log_dir / "kwok.log",
+            health_url=f"http://127.0.0.1:{kwok_port}/healthz",
+        )
+        for c in (kcm, scheduler, kwok):
+            self._launch(c)
+        for c in (kcm, scheduler, kwok):
+            self._wait_healthy(c, timeout=COMPONENT_READY_TIMEOUT)
+        # The ServiceAccount and root-CA controllers work once `default` has its SA and CA map.
+        wait_for(
+            lambda: (
+                self.kubectl(
+                    "get",
+                    "serviceaccount/default",
+                    "configmap/kube-root-ca.crt",
+                    "-n",
+                    "default",
+                    check=False,
+                ).returncode
+                == 0
+            ),
+            timeout=COMPONENT_READY_TIMEOUT,
+            what="default ServiceAccount and kube-root-ca.crt",
+        )
+        self.full = True
+
+    def stop(self) -> None:
+        """Stop every component, newest first."""
+        for c in reversed(self.components):
+            c.stop()
+
+    def _launch(self, component: Component) -> None:
+        component.start()
+        self.components.append(component)
+
+    def _wait_healthy(self, component: Component, timeout: float) -> None:
+        url = component.health_url
+        assert url is not None
+
+        def healthy() -> bool:
+            component.check_running()
+            return self._http_ok(url)
+
+        try:
+            wait_for(healthy, timeout=timeout, interval=0.25, what=f"{component.name} {url}")
+        except (AssertionError, RuntimeError) as exc:
+            raise RuntimeError(
+                f"{component.name} did not become healthy: {exc}\n"
+                f"--- {component.log_path} ---\n{tail(component.log_path, 60)}"
+            ) from None
+
+    def _http_ok(self, url: str) -> bool:
+        req = urllib.request.Request(url)
+        ctx: ssl.SSLContext | None = None
+        if url.startswith("https://"):
+            if url.startswith(self.server) and self.server:
+                ctx = ssl.create_default_context(cafile=str(self.ca_file))
+                req.add_header("Authorization", f"Bearer {self.token}")
+            else:  # components serve self-signed certs; /healthz is always-allowed
+                ctx = ssl._create_unverified_context()
+        try:
+            with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    # -- diagnostics ---------------------------------------------------------------------------
+
+    def log_tails(self, lines: int = 30) -> str:
+        """Return the last *lines* of every component log, one section per component."""
+        parts = []
+        for c in self.components:
+            state = "running" if c.running else f"exited {c.process and c.process.returncode}"
+            parts.append(f"===== {c.name} ({state}) {c.log_path} =====\n{tail(c.log_path, lines)}")
+        return "\n".join(parts)
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        check: bool = True,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl against this cluster (admin); return the completed process.
+
+        *input* goes to stdin: a string, or an object / list of objects sent as JSON (a list is
+        wrapped in a ``v1/List``). With *check*, a non-zero exit raises :class:`KubectlError`
+        whose message includes stdout and stderr.
+        """
+        if input is not None and not isinstance(input, str):
+            if isinstance(input, Mapping):
+                input = json.dumps(input)
+            else:
+                input = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(input)})
+        argv = [self._bin("kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
+        proc = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout, env=self.env
+        )
+        if check and proc.returncode != 0:
+            raise KubectlError(proc.returncode, argv, proc.stdout, proc.stderr)
+        return proc
+
+    def kubectl_json(self, *args: str) -> Any:
+        """Run ``kubectl ... -o json`` and return the parsed output."""
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply(
+        self, manifest: str | Mapping[str, Any] | Sequence[Mapping[str, Any]], *extra: str
+    ) -> subprocess.CompletedProcess[str]:
+        """``kubectl apply -f -`` a YAML/JSON string, an object or a list of objects."""
+        return self.kubectl("apply", "-f", "-", *extra, input=manifest)
+
+    def api_client(self, token: str | None = None) -> Any:
+        """Return a ``kubernetes.client.ApiClient`` for this cluster (admin unless *token*)."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.server
+        cfg.ssl_ca_cert = str(self.ca_file)
+        cfg.verify_ssl = True
+        cfg.api_key = {"authorization": token or self.token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(cfg)
+
+    def create_token(
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        duration: str = "1h",
+        audiences: Sequence[str] = (),
+        bound_object: tuple[str, str] | None = None,
+    ) -> str:
+        """Issue a ServiceAccount token through the TokenRequest API (``kubectl create token``).
+
+        *bound_object* is ``(kind, name)`` with kind ``Pod``, ``Secret`` or ``Node``; a token
+        bound to a Pod or Node carries the node name, which the API server exposes as the user
+        extra ``authentication.kubernetes.io/node-name``.
+        """
+        args = ["create", "token", service_account, "-n", namespace, f"--duration={duration}"]
+        args += [f"--audience={a}" for a in audiences]
+        if bound_object is not None:
+            kind, name = bound_object
+            args += [f"--bound-object-kind={kind}", f"--bound-object-name={name}"]
+        return self.kubectl(*args).stdout.strip()
+
+    def kubeconfig_for_token(self, token: str, path: Path, user: str = "user") -> Path:
+        """Write a kubeconfig for this cluster that authenticates with *token*; return *path*."""
+        return write_kubeconfig(
+            path, server=self.server, ca_file=self.ca_file, token=token, user=user
+        )
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def create_namespace(self, name: str) -> str:
+        """Create namespace *name* plus its ``default`` ServiceAccount (no-op if KCM made it)."""
+        self.kubectl("create", "namespace", name)
+        sa = self.kubectl("create", "serviceaccount", "default", "-n", name, check=False)
+        if sa.returncode != 0 and "AlreadyExists" not in sa.stderr:
+            raise KubectlError(sa.returncode, sa.args, sa.stdout, sa.stderr)
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete namespace *name* without waiting (it only finishes deleting when KCM runs)."""
+        self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+    def create_node(self, node: Mapping[str, Any], *, wait_ready: bool | None = None) -> Any:
+        """Create a Node, then set its ``status`` through the status subresource.
+
+        With *wait_ready* (default: when kwok runs) wait until its Ready condition is True.
+        Returns the Node as a dict.
+        """
+        from kubernetes import client
+
+        body = dict(node)
+        status = body.pop("status", None)
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.create_node(body)
+            name = body["metadata"]["name"]
+            if status:
+                core.patch_node_status(name, {"status": status})
+        if wait_ready is None:
+            wait_ready = self.full
+        if wait_ready:
+            wait_for(lambda: self.node_ready(name), timeout=60, what=f"node {name} Ready")
+        return self.kubectl_json("get", "node", name)
+
+    def node_ready(self, name: str) -> bool:
+        """Whether Node *name* has condition Ready=True."""
+        node = self.kubectl_json("get", "node", name)
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in node.get("status", {}).get("conditions", [])
+        )
+
+    def delete_node(self, name: str) -> None:
+        """Delete Node *name* (ignored if absent)."""
+        self.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false", check=False)
+
+
+# --------------------------------------------------------------------------------------------
+# GPU nodes
+# --------------------------------------------------------------------------------------------
+
+AGENT_PREFIX = "gpu.deepseek-operator.io/"
+
+#: ``nvidia.com/gpu.memory`` (MiB, as GFD reports it) for products the tests use.
+GPU_MEMORY_MIB: dict[str, int] = {
+    "NVIDIA-H100-80GB-HBM3": 81559,
+    "NVIDIA-H200": 143771,
+    "NVIDIA-B200": 183359,
+    "NVIDIA-GB200": 189471,
+    "NVIDIA-B300-SXM6-AC": 275040,
+    "NVIDIA-GB300": 284208,
+    "NVIDIA-A100-SXM4-80GB": 81920,
+    "NVIDIA-L40S": 46068,
+}
+
+
+def gpu_family(cc: tuple[int, int]) -> str:
+    """GFD's ``nvidia.com/gpu.family`` for a compute capability (10.x and 12.x: blackwell)."""
+    major, minor = cc
+    if major == 8 and minor == 9:
+        return "ada-lovelace"
+    return {
+        7: "volta" if minor == 0 else "turing",
+        8: "ampere",
+        9: "hopper",
+        10: "blackwell",
+        12: "blackwell",
+        13: "rubin",
+    }.get(major, "undefined")
+
+
+def make_gpu_node(
+    name: str,
+    product: str = "NVIDIA-GB200",
+    count: int = 4,
+    cc: tuple[int, int] = (10, 0),
+    agent_labels: Mapping[str, str] | None = None,
+    extra_labels: Mapping[str, str] | None = None,
+    allocatable_gpus: int | None = None,
+    *,
+    memory_mib: int | None = None,
+    cpu: str = "128",
+    memory: str = "1Ti",
+    pods: str = "110",
+    taints: Sequence[Mapping[str, str]] = (),
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Build a kwok-managed GPU Node object (a dict) with GPU Feature Discovery labels.
+
+    Labels: ``nvidia.com/gpu.{present,product,count,compute.major,compute.minor,memory,family}``,
+    ``kubernetes.io/{hostname,os,arch}`` (arm64 for Grace ``GB*`` products) and ``type=kwok``.
+    *agent_labels* are node-agent labels; keys without the ``gpu.deepseek-operator.io/`` prefix
+    get it (``{"nvlink.fully-connected": "true"}`` works). *extra_labels* are added verbatim.
+    ``status.capacity`` has *count* ``nvidia.com/gpu``; ``status.allocatable`` has
+    *allocatable_gpus* (default *count*). The ``kwok.x-k8s.io/node: fake`` annotation makes the
+    ``full_cluster`` kwok manage it. Create it with :meth:`ControlPlane.create_node`.
+    """
+    major, minor = cc
+    mem = memory_mib if memory_mib is not None else GPU_MEMORY_MIB.get(product, 81920)
+    labels: dict[str, str] = {
+        "type": "kwok",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "arm64" if product.startswith("NVIDIA-GB") else "amd64",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(count),
+        "nvidia.com/gpu.compute.major": str(major),
+        "nvidia.com/gpu.compute.minor": str(minor),
+        "nvidia.com/gpu.memory": str(mem),
+        "nvidia.com/gpu.family": gpu_family(cc),
+    }
+    for key, value in (agent_labels or {}).items():
+        labels[key if key.startswith(AGENT_PREFIX) else AGENT_PREFIX + key] = str(value)
+    labels.update({k: str(v) for k, v in (extra_labels or {}).items()})
+    alloc = count if allocatable_gpus is None else allocatable_gpus
+    resources = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE, **(annotations or {})},
+        },
+        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
+        "status": {
+            "capacity": {**resources, "nvidia.com/gpu": str(count)},
+            "allocatable": {**resources, "nvidia.com/gpu": str(alloc)},
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures (re-exported by tests/conftest.py)
+# --------------------------------------------------------------------------------------------
+
+_ACTIVE: list[ControlPlane] = []
+
+
+def _stop_all() -> None:
+    for cp in _ACTIVE:
+        cp.stop()
+
+
+atexit.register(_stop_all)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """Session-wide etcd + kube-apiserver; yields a :class:`ControlPlane`."""
+    bin_dir = require_binaries(CORE_BINARIES)
+    cp = ControlPlane(bin_dir=bin_dir, work_dir=tmp_path_factory.mktemp("control-plane"))
+    _ACTIVE.append(cp)
+    try:
+        cp.start()
+    except Exception as exc:
+        cp.stop()
+        pytest.fail(f"control plane failed to start: {exc}\n{cp.log_tails(60)}", pytrace=False)
+    yield cp
+    cp.stop()
+    _ACTIVE.remove(cp)
+
+
+@pytest.fixture(scope="session")
+def full_cluster(control_plane: ControlPlane) -> ControlPlane:
+    """The session :class:`ControlPlane` plus kube-controller-manager, kube-scheduler and kwok.
+
+    The extra components stop with ``control_plane`` at the end of the session.
+    """
+    require_binaries(FULL_BINARIES)
+    try:
+        control_plane.start_full()
+    except Exception as exc:
+        pytest.fail(
+            f"full cluster failed to start: {exc}\n{control_plane.log_tails(60)}", pytrace=False
+        )
+    return control_plane
+
+
+def _dns_label(text: str, limit: int) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].strip("-")
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test (with a ``default`` ServiceAccount)."""
+    name = f"t-{_dns_label(request.node.name, 40)}-{uuid.uuid4().hex[:6]}"
+    control_plane.create_namespace(name)
+    yield name
+    control_plane.delete_namespace(name)
+
+
+@pytest.fixture
+def node_factory(control_plane: ControlPlane) -> Iterator[Callable[..., list[Any]]]:
+    """``node_factory(*nodes, wait_ready=None) -> list[dict]``: create Nodes, delete after.
+
+    Each node is a dict such as :func:`make_gpu_node` returns; see
+    :meth:`ControlPlane.create_node`.
+    """
+    created: list[str] = []
+
+    def create(*nodes: Mapping[str, Any], wait_ready: bool | None = None) -> list[Any]:
+        out = []
+        for node in nodes:
+            out.append(control_plane.create_node(node, wait_ready=wait_ready))
+            created.append(node["metadata"]["name"])
+        return out
+
+    yield create
+    for name in created:
+        control_plane.delete_node(name)
+
+
+def unique_name(prefix: str) -> str:
+    """Return ``<prefix>-<6 hex>``, e.g. for cluster-scoped objects such as Nodes."""
+    return f"{_dns_label(prefix, 50)}-{uuid.uuid4().hex[:6]}"
+
+
+def attach_logs_on_failure(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Add the component log tails to a failed test's report (called from conftest's hook)."""
+    if report.failed and _ACTIVE and "control_plane" in getattr(item, "fixturenames", ()):
+        report.sections.append(("control-plane logs (tail)", _ACTIVE[-1].log_tails(30)))
