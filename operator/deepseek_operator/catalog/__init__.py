@@ -1,1 +1,1 @@
-"""catalog package of deepseek-operator."""
+"""Built-in data: DeepSeek checkpoints and GPU products."""

@@ -1,0 +1,157 @@
+"""Which nodes a decision admits, and whether they can hold every replica.
+
+:class:`NodeRequirement` is the node-level half of a decision (SM100, fully NVLink-connected,
+…). ``render/affinity.py`` turns the same requirement into node-affinity terms over the same
+labels, so the scheduler admits exactly the nodes :meth:`NodeRequirement.admits` admits.
+Capacity counts whole pods per node from allocatable GPUs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.topology.inventory import NodeFacts, NodeInventory, blocking_taints
+
+
+class Requirement(enum.Enum):
+    """Node-level condition of a decision."""
+
+    ANY_GPU = "any-gpu"
+    SM100 = "sm100"
+    CC_AT_LEAST_10 = "cc>=10.0"
+    MEGA_MOE = "sm100+nvlink"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class NodeRequirement:
+    """A requirement plus, for NONE, the check that made the backend unrunnable."""
+
+    kind: Requirement
+    reason: str = ""
+
+    def admits(self, node: NodeFacts) -> bool:
+        """Whether the decision holds on ``node`` (GPU count aside)."""
+        return not self.why_not(node)
+
+    def why_not(self, node: NodeFacts) -> str:
+        """Empty when admitted, else what the node lacks."""
+        kind = self.kind
+        if kind is Requirement.ANY_GPU:
+            return ""
+        if kind is Requirement.NONE:
+            return f"backend cannot run ({self.reason} failed)"
+        if kind is Requirement.CC_AT_LEAST_10:
+            if node.family is None or not node.family.startswith("sm") or int(node.family[2:] or 0) < 100:
+                return f"compute capability {node.cc_text} < 10.0"
+            return ""
+        if not node.is_sm100:
+            return f"not SM100 ({node.product or 'unknown product'}, CC {node.cc_text}, {node.cc_source or 'no labels'})"
+        if kind is Requirement.MEGA_MOE and node.nvlink_fully_connected is not True:
+            state = "unknown" if node.nvlink_fully_connected is None else "false"
+            return f"NVLink not fully connected ({state}, {node.nvlink_source or 'no agent label'})"
+        return ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the pods may go and whether every replica fits."""
+
+    gpus_per_pod: int
+    pods_per_replica: int
+    replicas: int
+    candidates: int
+    eligible: tuple[str, ...]
+    capacity: int
+    placeable: bool
+    message: str
+
+
+def _base_rejection(spec: DeepSeekServingSpec, node: NodeFacts) -> str:
+    if node.gpus(spec.gpu_resource_name) <= 0:
+        return f"no allocatable {spec.gpu_resource_name}"
+    if node.unschedulable:
+        return "unschedulable (cordoned)"
+    if not node.ready:
+        return "not Ready"
+    for key, value in spec.node_selector.items():
+        if node.labels.get(key) != value:
+            return f"does not match spec.nodeSelector {key}={value}"
+    if node.taints:
+        blocking = blocking_taints(node, spec.tolerations)
+        if blocking:
+            t = blocking[0]
+            return f"taint {t.key}={t.value}:{t.effect} not tolerated"
+    return ""
+
+
+def candidates(spec: DeepSeekServingSpec, inventory: NodeInventory) -> list[NodeFacts]:
+    """GPU nodes the pods could be scheduled on at all (selector, taints, cordon, readiness)."""
+    return [n for n in inventory.nodes if not _base_rejection(spec, n)]
+
+
+def place(
+    spec: DeepSeekServingSpec,
+    cands: Sequence[NodeFacts],
+    requirement: NodeRequirement,
+    gpus_per_pod: int,
+    pods_per_replica: int,
+    inventory: NodeInventory | None = None,
+) -> Placement:
+    """Eligible nodes and replica capacity for ``requirement`` among ``cands``."""
+    resource = spec.gpu_resource_name
+    eligible: list[str] = []
+    pods = 0
+    rejected: list[tuple[str, str]] = []
+    for node in cands:
+        why = requirement.why_not(node)
+        if not why:
+            gpus = node.gpus(resource)
+            if gpus >= gpus_per_pod:
+                eligible.append(node.name)
+                pods += gpus // gpus_per_pod
+                continue
+            why = f"{gpus} allocatable {resource} < {gpus_per_pod} per pod"
+        rejected.append((node.name, why))
+    capacity = pods // pods_per_replica if pods_per_replica else 0
+    placeable = capacity >= spec.replicas and requirement.kind is not Requirement.NONE
+    message = (
+        f"{len(eligible)}/{len(cands)} candidate nodes can host a {gpus_per_pod}-GPU pod "
+        f"(capacity {capacity} replica(s), {spec.replicas} wanted)"
+    )
+    if rejected and (not placeable or len(rejected) <= 5):
+        message += "; rejected: " + _summarise(rejected)
+    return Placement(
+        gpus_per_pod=gpus_per_pod,
+        pods_per_replica=pods_per_replica,
+        replicas=spec.replicas,
+        candidates=len(cands),
+        eligible=tuple(eligible),
+        capacity=capacity,
+        placeable=placeable,
+        message=message,
+    )
+
+
+def _summarise(rejected: Sequence[tuple[str, str]], limit: int = 8) -> str:
+    shown = "; ".join(f"{name}: {why}" for name, why in rejected[:limit])
+    if len(rejected) > limit:
+        counts = Counter(why.split(" (")[0] for _, why in rejected[limit:])
+        shown += f"; and {len(rejected) - limit} more (" + ", ".join(
+            f"{n}x {why}" for why, n in counts.most_common(3)
+        ) + ")"
+    return shown
+
+
+def rejected_outside_candidates(spec: DeepSeekServingSpec, inventory: NodeInventory) -> list[tuple[str, str]]:
+    """Nodes that are not candidates at all, with why (for the Placeable message)."""
+    out = []
+    for node in inventory.nodes:
+        why = _base_rejection(spec, node)
+        if why:
+            out.append((node.name, why))
+    return out
