@@ -85,7 +85,9 @@ class FabricInfo:
         for shift, mask in _FABRIC_HEALTH_TROUBLE_FIELDS:
             if (self.health_mask >> shift) & mask == _HEALTH_MASK_TRUE:
                 return True
-        config = (self.health_mask >> _HEALTH_INCORRECT_CONFIG_SHIFT) & _HEALTH_INCORRECT_CONFIG_MASK
+        config = (
+            self.health_mask >> _HEALTH_INCORRECT_CONFIG_SHIFT
+        ) & _HEALTH_INCORRECT_CONFIG_MASK
         # 0 means "not supported" and 1 means "no incorrect configuration"; anything else names one.
         return config > 1
 
@@ -129,6 +131,8 @@ class GpuTopology:
     ``NVML_P2P_CAPS_INDEX_NVLINK``, or ``NV#`` in ``topo -m``), False when it is not, and None
     when the source did not show that pair. An empty ``gpus`` tuple means no GPU was found;
     ``unavailable_reason`` then says why (for example "NVML Shared Library Not Found").
+    ``fabric_probed`` is True when the source asked for fabric info, so a GPU whose ``fabric``
+    is None has none (NVML said "not supported"), rather than "nobody asked" (a capture).
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -136,6 +140,7 @@ class GpuTopology:
     driver_version: str | None = None
     cuda_driver_version: int | None = None
     unavailable_reason: str | None = None
+    fabric_probed: bool = False
     source: str = "nvml"
     notes: tuple[str, ...] = field(default=())
 
