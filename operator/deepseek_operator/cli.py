@@ -22,7 +22,9 @@ def _build_parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="preview the decision, status and manifests offline")
     render.add_argument("-f", "--filename", required=True, help="DeepSeekServing YAML file")
     nodes = render.add_mutually_exclusive_group()
-    nodes.add_argument("--nodes", help="`kubectl get nodes -o yaml` output (a List) or Node documents")
+    nodes.add_argument(
+        "--nodes", help="`kubectl get nodes -o yaml` output (a List) or Node documents"
+    )
     nodes.add_argument(
         "--from-cluster", action="store_true", help="read the Nodes from the current kubeconfig"
     )
@@ -30,7 +32,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("crds", help="print the generated DeepSeekServing CustomResourceDefinition")
 
-    topo = sub.add_parser("topology", help="labels the agent would publish, from `nvidia-smi topo -m`")
+    topo = sub.add_parser(
+        "topology", help="labels the agent would publish, from `nvidia-smi topo -m`"
+    )
     topo.add_argument("--topo-file", required=True, help="captured `nvidia-smi topo -m` output")
     topo.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
@@ -53,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; return the process exit code."""
     args = _build_parser().parse_args(argv)
     if args.command == "render":
-        from deepseek_operator.render.command import render_command
+        from deepseek_operator.render_command import render_command
 
         return render_command(args)
     if args.command == "crds":

@@ -99,7 +99,11 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
                 out[key] = _inline(value, defs)
         else:
             out[key] = _inline(value, defs)
-    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+    if (
+        out.get("type") == "object"
+        and "properties" not in out
+        and "additionalProperties" not in out
+    ):
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
 

@@ -62,7 +62,9 @@ def parse_spec(raw: Any) -> DeepSeekServingSpec:
         if isinstance(ctx_error, SpecError):
             raise ctx_error from None
         loc = tuple(first["loc"])
-        message = _PYDANTIC_WORDING.get(first["type"], first["msg"].replace("Input should be", "must be"))
+        message = _PYDANTIC_WORDING.get(
+            first["type"], first["msg"].replace("Input should be", "must be")
+        )
         if first["type"] == "missing":
             raise SpecError(_path(loc), None, message) from None
         raise SpecError(_path(loc), _lookup(raw, loc), message) from None

@@ -17,6 +17,10 @@ from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.topology.inventory import NodeFacts, NodeInventory, blocking_taints
 
 
+# Agent sm-family values with compute capability >= 10.0 (FlashInfer moe_ep's guard, A9).
+CC10_PLUS_FAMILIES: tuple[str, ...] = ("sm100", "sm110", "sm120", "sm130")
+
+
 class Requirement(enum.Enum):
     """Node-level condition of a decision."""
 
@@ -46,8 +50,8 @@ class NodeRequirement:
         if kind is Requirement.NONE:
             return f"backend cannot run ({self.reason} failed)"
         if kind is Requirement.CC_AT_LEAST_10:
-            if node.family is None or not node.family.startswith("sm") or int(node.family[2:] or 0) < 100:
-                return f"compute capability {node.cc_text} < 10.0"
+            if node.family not in CC10_PLUS_FAMILIES:
+                return f"compute capability {node.cc_text} below 10.0"
             return ""
         if not node.is_sm100:
             return f"not SM100 ({node.product or 'unknown product'}, CC {node.cc_text}, {node.cc_source or 'no labels'})"
@@ -141,13 +145,17 @@ def _summarise(rejected: Sequence[tuple[str, str]], limit: int = 8) -> str:
     shown = "; ".join(f"{name}: {why}" for name, why in rejected[:limit])
     if len(rejected) > limit:
         counts = Counter(why.split(" (")[0] for _, why in rejected[limit:])
-        shown += f"; and {len(rejected) - limit} more (" + ", ".join(
-            f"{n}x {why}" for why, n in counts.most_common(3)
-        ) + ")"
+        shown += (
+            f"; and {len(rejected) - limit} more ("
+            + ", ".join(f"{n}x {why}" for why, n in counts.most_common(3))
+            + ")"
+        )
     return shown
 
 
-def rejected_outside_candidates(spec: DeepSeekServingSpec, inventory: NodeInventory) -> list[tuple[str, str]]:
+def rejected_outside_candidates(
+    spec: DeepSeekServingSpec, inventory: NodeInventory
+) -> list[tuple[str, str]]:
     """Nodes that are not candidates at all, with why (for the Placeable message)."""
     out = []
     for node in inventory.nodes:

@@ -85,7 +85,9 @@ class Resolution:
     requested: str
     moe_backend: str
     reason: str  # decision reason: MegaMoESelected, Explicit or <Check>Failed
-    condition_reason: str  # BackendResolved reason: MegaMoESelected, KeptAuto, Explicit, <Check>Failed
+    condition_reason: (
+        str  # BackendResolved reason: MegaMoESelected, KeptAuto, Explicit, <Check>Failed
+    )
     message: str
     backend_runnable: bool
     sequence_parallel: bool
@@ -169,7 +171,12 @@ def _source_note(nodes: Sequence[NodeFacts], attr: str, missing: str) -> str:
 def _check_architecture(facts: ModelFacts) -> Check:
     arch = facts.architecture
     if arch == V41_ARCH:
-        return _check("ModelArchitecture", "R2", True, f"{arch} is DeepSeek V4.1 ({facts.source('architecture')})")
+        return _check(
+            "ModelArchitecture",
+            "R2",
+            True,
+            f"{arch} is DeepSeek V4.1 ({facts.source('architecture')})",
+        )
     if arch == V4_ARCH:
         return _check(
             "ModelArchitecture",
@@ -193,11 +200,18 @@ def _check_architecture(facts: ModelFacts) -> Check:
 def _check_gpu_architecture(cands: Sequence[NodeFacts], rule: str, vllm_msg: str = "") -> Check:
     sm100 = [n for n in cands if n.is_sm100]
     if not cands:
-        return _check("GPUArchitecture", rule, False, "no candidate GPU nodes" + (f". vLLM: {vllm_msg}" if vllm_msg else ""))
+        return _check(
+            "GPUArchitecture",
+            rule,
+            False,
+            "no candidate GPU nodes" + (f". vLLM: {vllm_msg}" if vllm_msg else ""),
+        )
     others = [n for n in cands if not n.is_sm100]
     message = f"{len(sm100)}/{len(cands)} candidate nodes are SM100"
     if sm100:
-        message += f" ({_describe(sm100)}){_source_note(sm100, 'cc_source', 'no agent or CC labels')}"
+        message += (
+            f" ({_describe(sm100)}){_source_note(sm100, 'cc_source', 'no agent or CC labels')}"
+        )
     if others:
         message += f"; not SM100: {_describe(others)}"
     if not sm100 and vllm_msg:
@@ -209,19 +223,40 @@ def _check_deep_gemm(spec: DeepSeekServingSpec) -> Check:
     raw = spec.env_value("VLLM_USE_DEEP_GEMM")
     declared = any(e.get("name") == "VLLM_USE_DEEP_GEMM" for e in spec.env)
     if declared and raw is None:
-        return _check("DeepGEMM", "R4", False, "VLLM_USE_DEEP_GEMM comes from valueFrom, so it cannot be verified before the pod starts")
+        return _check(
+            "DeepGEMM",
+            "R4",
+            False,
+            "VLLM_USE_DEEP_GEMM comes from valueFrom, so it cannot be verified before the pod starts",
+        )
     if raw is not None and raw.strip() in ("0", "false", "False", ""):
-        return _check("DeepGEMM", "R4", False, f"DeepGEMM disabled in spec.env (VLLM_USE_DEEP_GEMM={raw!r})")
-    shown = f"VLLM_USE_DEEP_GEMM={raw!r}" if raw is not None else "VLLM_USE_DEEP_GEMM unset (default 1)"
-    return _check("DeepGEMM", "R4", True, f"DeepGEMM enabled: {shown}; the image must ship DeepGEMM (vLLM images do)")
+        return _check(
+            "DeepGEMM", "R4", False, f"DeepGEMM disabled in spec.env (VLLM_USE_DEEP_GEMM={raw!r})"
+        )
+    shown = (
+        f"VLLM_USE_DEEP_GEMM={raw!r}" if raw is not None else "VLLM_USE_DEEP_GEMM unset (default 1)"
+    )
+    return _check(
+        "DeepGEMM",
+        "R4",
+        True,
+        f"DeepGEMM enabled: {shown}; the image must ship DeepGEMM (vLLM images do)",
+    )
 
 
 def _check_expert_dtype(facts: ModelFacts, rule: str) -> Check:
     dtype = facts.expert_dtype
     if dtype == "fp4":
-        return _check("ExpertDtype", rule, True, f"routed experts are fp4 (MXFP4) ({facts.source('expert_dtype')})")
+        return _check(
+            "ExpertDtype",
+            rule,
+            True,
+            f"routed experts are fp4 (MXFP4) ({facts.source('expert_dtype')})",
+        )
     if dtype is None:
-        return _check("ExpertDtype", rule, False, "expert dtype unknown: set spec.model.expertDtype")
+        return _check(
+            "ExpertDtype", rule, False, "expert dtype unknown: set spec.model.expertDtype"
+        )
     return _check(
         "ExpertDtype",
         rule,
@@ -233,20 +268,37 @@ def _check_expert_dtype(facts: ModelFacts, rule: str) -> Check:
 def _check_routing(facts: ModelFacts, rule: str) -> Check:
     func = facts.scoring_func
     if func == "sqrtsoftplus":
-        return _check("Routing", rule, True, f"scoring function sqrtsoftplus ({facts.source('scoring_func')})")
+        return _check(
+            "Routing", rule, True, f"scoring function sqrtsoftplus ({facts.source('scoring_func')})"
+        )
     if func is None:
-        return _check("Routing", rule, False, "scoring function unknown: set spec.model.scoringFunc")
-    return _check("Routing", rule, False, f"scoring function {func!r}. vLLM: {VLLM_SQRTSOFTPLUS_ONLY}")
+        return _check(
+            "Routing", rule, False, "scoring function unknown: set spec.model.scoringFunc"
+        )
+    return _check(
+        "Routing", rule, False, f"scoring function {func!r}. vLLM: {VLLM_SQRTSOFTPLUS_ONLY}"
+    )
 
 
 def _check_dimensions(facts: ModelFacts, spec: DeepSeekServingSpec, ep: int, rule: str) -> Check:
     h, i, e = facts.hidden_size, facts.moe_intermediate_size, facts.num_routed_experts
     if h is None or i is None or e is None:
-        missing = [n for n, v in (("hiddenSize", h), ("moeIntermediateSize", i), ("numRoutedExperts", e)) if v is None]
-        return _check("Dimensions", rule, False, "model dimensions unknown: set spec.model." + ", spec.model.".join(missing))
+        missing = [
+            n
+            for n, v in (("hiddenSize", h), ("moeIntermediateSize", i), ("numRoutedExperts", e))
+            if v is None
+        ]
+        return _check(
+            "Dimensions",
+            rule,
+            False,
+            "model dimensions unknown: set spec.model." + ", spec.model.".join(missing),
+        )
     problems: list[str] = []
     if h % 128 or i % 128:
-        problems.append(f"hidden {h} / MoE intermediate {i} not multiples of 128 (vLLM: {VLLM_DIMS_128})")
+        problems.append(
+            f"hidden {h} / MoE intermediate {i} not multiples of 128 (vLLM: {VLLM_DIMS_128})"
+        )
     if e % ep:
         problems.append(f"n_physical_experts={e} must be divisible by ep_size={ep}")
     draft = facts.num_draft_routed_experts
@@ -262,9 +314,19 @@ def _check_dimensions(facts: ModelFacts, spec: DeepSeekServingSpec, ep: int, rul
 
 def _check_expert_parallel(spec: DeepSeekServingSpec, ep: int, rule: str, need_two: bool) -> Check:
     if not spec.parallelism.expert_parallel:
-        return _check("ExpertParallel", rule, False, "expert parallel is off. vLLM: " + VLLM_MEGA_MOE_REQUIRES_EP)
+        return _check(
+            "ExpertParallel",
+            rule,
+            False,
+            "expert parallel is off. vLLM: " + VLLM_MEGA_MOE_REQUIRES_EP,
+        )
     if need_two and ep < 2:
-        return _check("ExpertParallel", rule, False, f"EP size {ep} (TP x DP): a local EP group needs at least 2 GPUs")
+        return _check(
+            "ExpertParallel",
+            rule,
+            False,
+            f"EP size {ep} (TP x DP): a local EP group needs at least 2 GPUs",
+        )
     return _check("ExpertParallel", rule, True, f"expert parallel on, EP size {ep} (TP x DP)")
 
 
@@ -274,7 +336,9 @@ def _checks_layout(spec: DeepSeekServingSpec) -> list[Check]:
         _check(
             "NoPipelineOrContextParallel",
             "R9",
-            p.pipeline_parallel_size == 1 and p.decode_context_parallel_size == 1 and p.prefill_context_parallel_size == 1,
+            p.pipeline_parallel_size == 1
+            and p.decode_context_parallel_size == 1
+            and p.prefill_context_parallel_size == 1,
             f"PP {p.pipeline_parallel_size}, DCP {p.decode_context_parallel_size}, PCP {p.prefill_context_parallel_size} (all must be 1)",
         ),
         _check(
@@ -282,7 +346,11 @@ def _checks_layout(spec: DeepSeekServingSpec) -> list[Check]:
             "R10",
             p.dp_local == p.data_parallel_size,
             f"DP {p.data_parallel_size}, DP local {p.dp_local}"
-            + (" (all ranks in one pod)" if p.dp_local == p.data_parallel_size else " (remote DP ranks)"),
+            + (
+                " (all ranks in one pod)"
+                if p.dp_local == p.data_parallel_size
+                else " (remote DP ranks)"
+            ),
         ),
         _check(
             "NotRay",
@@ -475,14 +543,18 @@ def _keep_previous(
     ppr: int,
 ) -> Resolution:
     prev_backend = normalize_backend(previous.moe_backend)
-    req = NodeRequirement(Requirement.MEGA_MOE if prev_backend == DEEP_GEMM_MEGA_MOE else Requirement.ANY_GPU)
+    req = NodeRequirement(
+        Requirement.MEGA_MOE if prev_backend == DEEP_GEMM_MEGA_MOE else Requirement.ANY_GPU
+    )
     prev_place = place(spec, cands, req, gpp, ppr)
     if not prev_place.eligible:
         note = (
             f"the running decision {prev_backend} has no eligible node left, so the decision "
             f"changed to {fresh.moe_backend}"
         )
-        return Resolution(**{**_fields(fresh), "message": fresh.message + "; " + note, "notes": (note,)})  # type: ignore[arg-type]
+        return Resolution(
+            **{**_fields(fresh), "message": fresh.message + "; " + note, "notes": (note,)}
+        )  # type: ignore[arg-type]
     if prev_backend == DEEP_GEMM_MEGA_MOE:
         note = (
             f"node changes: {fresh.reason} now ({fresh.message.split(': ', 1)[-1]}); the running "
@@ -537,7 +609,11 @@ def _resolve_explicit_mega(
                 "A9",
                 bool(ok),
                 f"{len(ok)}/{len(cands)} candidate nodes have compute capability >= 10.0"
-                + ("" if ok else f". vLLM: moe_backend={backend} requires compute capability 10.0+ (the mega kernels are Blackwell-only)"),
+                + (
+                    ""
+                    if ok
+                    else f". vLLM: moe_backend={backend} requires compute capability 10.0+ (the mega kernels are Blackwell-only)"
+                ),
             )
         )
     else:
@@ -564,7 +640,9 @@ def _resolve_explicit_mega(
     node_req = NodeRequirement(Requirement.NONE, reason=spec_failed[0].name) if spec_failed else req
     placement = place(spec, cands, node_req, gpp, ppr)
     sm100 = [n for n in cands if n.is_sm100]
-    nvlink_info = _check_nvlink(sm100, place(spec, cands, NodeRequirement(Requirement.MEGA_MOE), gpp, ppr), gpp)
+    nvlink_info = _check_nvlink(
+        sm100, place(spec, cands, NodeRequirement(Requirement.MEGA_MOE), gpp, ppr), gpp
+    )
     checks.append(
         Check(
             name="NVLinkFullyConnected",
@@ -578,15 +656,33 @@ def _resolve_explicit_mega(
     if failed:
         first = failed[0]
         return _resolution(
-            spec, backend, failed_reason(first.name),
+            spec,
+            backend,
+            failed_reason(first.name),
             f"explicit {backend} cannot run: {first.name} failed: {first.message}; pods are "
             "pinned so they stay Pending instead of crashing after loading weights",
-            False, node_req, placement, checks, facts, ep, gpp, ppr,
+            False,
+            node_req,
+            placement,
+            checks,
+            facts,
+            ep,
+            gpp,
+            ppr,
         )
     return _resolution(
-        spec, backend, REASON_EXPLICIT,
+        spec,
+        backend,
+        REASON_EXPLICIT,
         f"explicit {backend} kept; vLLM's MegaMoE guards hold on {len(placement.eligible)} node(s)",
-        True, node_req, placement, checks, facts, ep, gpp, ppr,
+        True,
+        node_req,
+        placement,
+        checks,
+        facts,
+        ep,
+        gpp,
+        ppr,
     )
 
 
@@ -626,16 +722,39 @@ def _resolve_explicit_other(
     else:
         checks.append(_check("ExplicitBackend", "R1", True, f"{backend} kept verbatim"))
     failed = [c for c in checks if not c.passed]
-    req = NodeRequirement(Requirement.NONE, reason=failed[0].name) if failed else NodeRequirement(Requirement.ANY_GPU)
+    req = (
+        NodeRequirement(Requirement.NONE, reason=failed[0].name)
+        if failed
+        else NodeRequirement(Requirement.ANY_GPU)
+    )
     placement = place(spec, cands, req, gpp, ppr)
     checks.append(_check_capacity(placement, spec.replicas))
     if failed:
         return _resolution(
-            spec, backend, failed_reason(failed[0].name),
-            f"explicit {backend} cannot run: {failed[0].message}", False,
-            req, placement, checks, facts, ep, gpp, ppr,
+            spec,
+            backend,
+            failed_reason(failed[0].name),
+            f"explicit {backend} cannot run: {failed[0].message}",
+            False,
+            req,
+            placement,
+            checks,
+            facts,
+            ep,
+            gpp,
+            ppr,
         )
     return _resolution(
-        spec, backend, REASON_EXPLICIT, f"explicit {backend} kept verbatim", True,
-        req, placement, checks, facts, ep, gpp, ppr,
+        spec,
+        backend,
+        REASON_EXPLICIT,
+        f"explicit {backend} kept verbatim",
+        True,
+        req,
+        placement,
+        checks,
+        facts,
+        ep,
+        gpp,
+        ppr,
     )

@@ -142,17 +142,13 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     spec = node.get("spec") or {}
     status = node.get("status") or {}
     labels: dict[str, str] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    allocatable = {
-        str(k): _quantity_int(v) for k, v in (status.get("allocatable") or {}).items()
-    }
+    allocatable = {str(k): _quantity_int(v) for k, v in (status.get("allocatable") or {}).items()}
     taints = tuple(
         Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
         for t in spec.get("taints") or []
     )
     conditions = status.get("conditions") or []
-    ready = all(
-        c.get("status") == "True" for c in conditions if c.get("type") == "Ready"
-    )
+    ready = all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
 
     agent_present = labels.get(L.AGENT_PRESENT) == "true"
     gfd_product = labels.get(L.GFD_PRODUCT)
@@ -236,7 +232,5 @@ def blocking_taints(node: NodeFacts, tolerations: Iterable[Mapping[str, Any]]) -
     """Taints that keep a pod with ``tolerations`` off ``node`` (NoSchedule / NoExecute)."""
     tols = list(tolerations)
     return [
-        t
-        for t in node.taints
-        if t.effect in ("NoSchedule", "NoExecute") and not tolerates(tols, t)
+        t for t in node.taints if t.effect in ("NoSchedule", "NoExecute") and not tolerates(tols, t)
     ]

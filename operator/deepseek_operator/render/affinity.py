@@ -1,0 +1,116 @@
+"""Node affinity for a decision: exactly the nodes :class:`NodeRequirement` admits.
+
+The terms repeat the precedence of :mod:`deepseek_operator.topology.inventory` in label
+selectors: the agent's ``sm-family`` label, else GFD's ``compute.major``, else the exact product;
+the agent's ``nvlink.fully-connected`` label, else an NVSwitch/NVL-tray product. The term lists
+are built from static data only, so node churn never changes a pod template (and never restarts
+a serving pod). :func:`node_matches` evaluates terms the way the scheduler does, for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from deepseek_operator.engine.placement import CC10_PLUS_FAMILIES, NodeRequirement, Requirement
+from deepseek_operator.topology import labels as L
+from deepseek_operator.topology.inventory import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS, SM100
+
+UNRUNNABLE_KEY = "serving.deepseek-operator.io/backend-unrunnable"
+
+Expr = dict[str, Any]
+Term = list[Expr]
+
+
+def _in(key: str, values: Sequence[str]) -> Expr:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def _absent(key: str) -> Expr:
+    return {"key": key, "operator": "DoesNotExist"}
+
+
+def _family_terms(families: Sequence[str], majors: Sequence[str]) -> list[Term]:
+    products = [p for p, cc in EXACT_PRODUCT_CC.items() if str(cc[0]) in majors]
+    return [
+        [_in(L.AGENT_SM_FAMILY, families)],
+        [_absent(L.AGENT_SM_FAMILY), _in(L.GFD_CC_MAJOR, majors)],
+        [_absent(L.AGENT_SM_FAMILY), _absent(L.GFD_CC_MAJOR), _in(L.GFD_PRODUCT, products)],
+    ]
+
+
+def _nvlink_terms() -> list[Term]:
+    return [
+        [_in(L.AGENT_NVLINK_FULLY_CONNECTED, ["true"])],
+        [_absent(L.AGENT_NVLINK_FULLY_CONNECTED), _in(L.GFD_PRODUCT, INFERRED_NVLINK_PRODUCTS)],
+    ]
+
+
+def _conjoin(left: Term, right: Term) -> Term | None:
+    """AND two terms; two ``In`` sets on one key intersect (None when the result is empty)."""
+    merged: dict[tuple[str, str], Expr] = {}
+    for expr in left + right:
+        key = (expr["key"], expr["operator"])
+        if key in merged and expr["operator"] == "In":
+            values = [v for v in merged[key]["values"] if v in expr["values"]]
+            if not values:
+                return None
+            merged[key] = _in(expr["key"], values)
+        else:
+            merged[key] = expr
+    return list(merged.values())
+
+
+def affinity_terms(requirement: NodeRequirement) -> list[Term] | None:
+    """``nodeSelectorTerms`` (ORed) for ``requirement``; None when any GPU node will do."""
+    kind = requirement.kind
+    if kind is Requirement.ANY_GPU:
+        return None
+    if kind is Requirement.NONE:
+        return [[_in(UNRUNNABLE_KEY, [requirement.reason or "unknown"])]]
+    if kind is Requirement.CC_AT_LEAST_10:
+        return _family_terms(CC10_PLUS_FAMILIES, [f[2:-1] for f in CC10_PLUS_FAMILIES])
+    sm100 = _family_terms([SM100], ["10"])
+    if kind is Requirement.SM100:
+        return sm100
+    terms = []
+    for a in sm100:
+        for b in _nvlink_terms():
+            joined = _conjoin(a, b)
+            if joined is not None:
+                terms.append(joined)
+    return terms
+
+
+def node_affinity(requirement: NodeRequirement) -> dict[str, Any] | None:
+    """A pod ``affinity`` object pinning to the requirement's nodes, or None."""
+    terms = affinity_terms(requirement)
+    if terms is None:
+        return None
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+            }
+        }
+    }
+
+
+def _expr_matches(labels: Mapping[str, str], expr: Expr) -> bool:
+    key, op = expr["key"], expr["operator"]
+    if op == "In":
+        return key in labels and labels[key] in expr["values"]
+    if op == "NotIn":
+        return key not in labels or labels[key] not in expr["values"]
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise ValueError(f"unsupported operator {op}")
+
+
+def node_matches(labels: Mapping[str, str], terms: list[Term] | None) -> bool:
+    """Whether a node with ``labels`` satisfies ``terms`` (ORed terms of ANDed expressions)."""
+    if terms is None:
+        return True
+    return any(all(_expr_matches(labels, e) for e in term) for term in terms)

@@ -1,0 +1,133 @@
+"""The status the operator writes for a decision and the observed readiness (pure).
+
+``now`` is passed in (the pure core never reads the clock). A condition keeps its previous
+``lastTransitionTime`` unless its ``status`` flips, as metav1.Condition requires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from deepseek_operator.api import status as S
+from deepseek_operator.engine.resolve import Resolution
+
+
+def _condition(
+    ctype: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    previous: Sequence[dict[str, Any]],
+) -> S.Condition:
+    status = "True" if ok else "False"
+    since = now
+    for old in previous:
+        if (
+            old.get("type") == ctype
+            and old.get("status") == status
+            and old.get("lastTransitionTime")
+        ):
+            since = str(old["lastTransitionTime"])
+    return S.Condition(
+        type=ctype,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        last_transition_time=since,
+    )
+
+
+def build_status(
+    res: Resolution,
+    *,
+    generation: int,
+    ready_replicas: int,
+    now: str,
+    previous_conditions: Sequence[dict[str, Any]] = (),
+    observed: bool = True,
+) -> S.DeepSeekServingStatus:
+    """The whole status: resolved values, decision with checks, replicas, three conditions.
+
+    ``observed`` is False for the offline preview, where no pods can have been seen.
+    """
+    placement = res.placement
+    backend_msg = res.message
+    conditions = [
+        _condition(
+            S.BACKEND_RESOLVED,
+            res.backend_runnable,
+            res.condition_reason,
+            backend_msg,
+            generation,
+            now,
+            previous_conditions,
+        ),
+        _condition(
+            S.PLACEABLE,
+            placement.placeable,
+            S.REASON_ENOUGH_NODES if placement.placeable else S.REASON_INSUFFICIENT_NODES,
+            placement.message,
+            generation,
+            now,
+            previous_conditions,
+        ),
+    ]
+    all_ready = ready_replicas >= res.replicas
+    if not res.backend_runnable:
+        ready_reason, ready_msg = (
+            S.REASON_BACKEND_UNRUNNABLE,
+            f"{res.requested} cannot run: {res.reason}",
+        )
+    elif not placement.placeable and not all_ready:
+        ready_reason, ready_msg = (
+            S.REASON_NOT_PLACEABLE,
+            f"{ready_replicas}/{res.replicas} replicas ready; {placement.message}",
+        )
+    elif all_ready:
+        ready_reason, ready_msg = (
+            S.REASON_ALL_REPLICAS_READY,
+            f"{ready_replicas}/{res.replicas} replicas ready",
+        )
+    else:
+        suffix = "" if observed else " (offline preview: no pods observed)"
+        ready_reason, ready_msg = (
+            S.REASON_REPLICAS_NOT_READY,
+            f"{ready_replicas}/{res.replicas} replicas ready{suffix}",
+        )
+    conditions.append(
+        _condition(
+            S.READY,
+            all_ready and res.backend_runnable,
+            ready_reason,
+            ready_msg,
+            generation,
+            now,
+            previous_conditions,
+        )
+    )
+    return S.DeepSeekServingStatus(
+        observed_generation=generation,
+        resolved=S.Resolved(
+            moe_backend=res.moe_backend,
+            sequence_parallel=res.sequence_parallel,
+            expert_parallel_size=res.expert_parallel_size,
+            gpus_per_pod=res.gpus_per_pod,
+            pods_per_replica=res.pods_per_replica,
+            eligible_nodes=len(placement.eligible),
+        ),
+        decision=S.Decision(
+            requested=res.requested, reason=res.reason, message=res.message, checks=list(res.checks)
+        ),
+        replicas=res.replicas,
+        ready_replicas=ready_replicas,
+        conditions=conditions,
+    )
+
+
+def status_dict(status: S.DeepSeekServingStatus) -> dict[str, Any]:
+    """The status as the camelCase JSON object written to the API server."""
+    return status.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -1,0 +1,251 @@
+"""Kubernetes manifests for a decision: pod template, Deployment + Service, or multi-pod replicas.
+
+Single-pod replicas (the normal case) are one Deployment with ``replicas`` pods and a Service.
+A replica that spans pods (``dataParallelSizeLocal < dataParallelSize``) becomes one StatefulSet
+per node rank per replica (head at rank 0, ``--headless`` workers), a headless Service per
+replica for the head address, and the Service selecting the heads. Every child carries an owner
+reference (when the owner's uid is known) and ``app.kubernetes.io/*`` labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deepseek_operator.api.crd import API_VERSION, KIND
+from deepseek_operator.api.load import ServingObject
+from deepseek_operator.engine.resolve import Resolution
+from deepseek_operator.render.affinity import node_affinity
+from deepseek_operator.render.argv import PodRole, vllm_args
+
+MANAGED_BY = "deepseek-operator"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_SERVING = "serving.deepseek-operator.io/name"
+LABEL_REPLICA = "serving.deepseek-operator.io/replica"
+LABEL_ROLE = "serving.deepseek-operator.io/role"
+ANNOTATION_BACKEND = "serving.deepseek-operator.io/moe-backend"
+ANNOTATION_SEQUENCE_PARALLEL = "serving.deepseek-operator.io/sequence-parallel"
+
+# Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
+STARTUP_PROBE_PERIOD_S = 15
+STARTUP_PROBE_FAILURES = 480
+
+
+def selector_labels(obj: ServingObject) -> dict[str, str]:
+    """Labels that select this DeepSeekServing's serving pods."""
+    return {LABEL_NAME: "deepseek-serving", LABEL_INSTANCE: obj.name}
+
+
+def common_labels(obj: ServingObject) -> dict[str, str]:
+    """Labels on every child object."""
+    return {
+        **selector_labels(obj),
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_PART_OF: "deepseek-operator",
+        LABEL_SERVING: obj.name,
+    }
+
+
+def owner_references(obj: ServingObject) -> list[dict[str, Any]]:
+    """The controller owner reference (empty offline, where the uid is unknown)."""
+    if not obj.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": obj.name,
+            "uid": obj.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _metadata(
+    obj: ServingObject, name: str, extra_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": obj.namespace,
+        "labels": {**common_labels(obj), **(extra_labels or {})},
+    }
+    owners = owner_references(obj)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
+
+
+def pod_template(
+    obj: ServingObject,
+    res: Resolution,
+    role: PodRole | None = None,
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The pod template of one serving pod."""
+    spec = obj.spec
+    gpus = str(res.gpus_per_pod)
+    requests: dict[str, Any] = {**spec.resources.requests, spec.gpu_resource_name: gpus}
+    limits: dict[str, Any] = {**spec.resources.limits, spec.gpu_resource_name: gpus}
+    cache = spec.model_cache
+    env = [{"name": "HF_HOME", "value": cache.mount_path}]
+    env += [e for e in spec.env if e.get("name") != "HF_HOME"]
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": spec.image,
+        "command": ["vllm", "serve"],
+        "args": vllm_args(spec, res, role),
+        "env": env,
+        "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
+        "resources": {"requests": requests, "limits": limits},
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "model-cache", "mountPath": cache.mount_path},
+        ],
+    }
+    if role is None or role.is_head:
+        container["startupProbe"] = _probe(
+            "/health", STARTUP_PROBE_PERIOD_S, STARTUP_PROBE_FAILURES
+        )
+        container["readinessProbe"] = _probe("/health", 10, 3)
+        container["livenessProbe"] = _probe("/health", 30, 5)
+    if res.pods_per_replica > 1:
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    cache_volume: dict[str, Any] = (
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}
+        if cache.claim_name
+        else {
+            "name": "model-cache",
+            "emptyDir": {"sizeLimit": cache.size_limit} if cache.size_limit else {},
+        }
+    )
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, cache_volume],
+        "terminationGracePeriodSeconds": 120,
+    }
+    affinity = node_affinity(res.requirement)
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = list(spec.tolerations)
+    return {
+        "metadata": {
+            "labels": {**common_labels(obj), **(extra_labels or {})},
+            "annotations": {
+                ANNOTATION_BACKEND: res.moe_backend,
+                ANNOTATION_SEQUENCE_PARALLEL: str(res.sequence_parallel).lower(),
+            },
+        },
+        "spec": pod_spec,
+    }
+
+
+def render_deployment(obj: ServingObject, res: Resolution) -> dict[str, Any]:
+    """A Deployment of single-pod replicas."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
+        "spec": {
+            "replicas": obj.spec.replicas,
+            "selector": {"matchLabels": selector_labels(obj)},
+            # No surge: a rollout must not need GPUs beyond what the replicas already hold.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "progressDeadlineSeconds": STARTUP_PROBE_PERIOD_S * STARTUP_PROBE_FAILURES,
+            "template": pod_template(obj, res, extra_labels={LABEL_COMPONENT: "serving"}),
+        },
+    }
+
+
+def render_service(obj: ServingObject, heads_only: bool = False) -> dict[str, Any]:
+    """The ClusterIP Service on the OpenAI-compatible port."""
+    selector = selector_labels(obj)
+    if heads_only:
+        selector = {**selector, LABEL_ROLE: "head"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [
+                {"name": "http", "port": obj.spec.port, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def _multi_pod(obj: ServingObject, res: Resolution) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for replica in range(obj.spec.replicas):
+        group = f"{obj.name}-r{replica}"
+        head_sts = f"{group}-n0"
+        head_address = f"{head_sts}-0.{group}.{obj.namespace}.svc"
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": _metadata(obj, group, {LABEL_REPLICA: str(replica)}),
+                "spec": {
+                    "clusterIP": "None",
+                    "publishNotReadyAddresses": True,
+                    "selector": {**selector_labels(obj), LABEL_REPLICA: str(replica)},
+                    "ports": [{"name": "dp-rpc", "port": 13345}],
+                },
+            }
+        )
+        for rank in range(res.pods_per_replica):
+            labels = {
+                LABEL_REPLICA: str(replica),
+                LABEL_ROLE: "head" if rank == 0 else "worker",
+                LABEL_COMPONENT: "serving",
+            }
+            role = PodRole(node_rank=rank, head_address=head_address)
+            out.append(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "metadata": _metadata(obj, f"{group}-n{rank}", labels),
+                    "spec": {
+                        "replicas": 1,
+                        "serviceName": group,
+                        "podManagementPolicy": "Parallel",
+                        "selector": {
+                            "matchLabels": {
+                                **selector_labels(obj),
+                                LABEL_REPLICA: str(replica),
+                                LABEL_ROLE: labels[LABEL_ROLE],
+                            }
+                        },
+                        "template": pod_template(obj, res, role, labels),
+                    },
+                }
+            )
+    out.append(render_service(obj, heads_only=True))
+    return out
+
+
+def render_objects(obj: ServingObject, res: Resolution) -> list[dict[str, Any]]:
+    """Every child object of the DeepSeekServing, in apply order."""
+    if res.pods_per_replica > 1:
+        return _multi_pod(obj, res)
+    return [render_deployment(obj, res), render_service(obj)]

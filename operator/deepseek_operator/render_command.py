@@ -1,0 +1,179 @@
+"""``deepseek-operator render``: the operator's decision, status and manifests, offline.
+
+Reads one DeepSeekServing and the Nodes (``kubectl get nodes -o yaml`` output, Node documents,
+or the live cluster), then calls the same pure ``resolve`` / ``render`` / ``build_status`` the
+operator calls. Exit 0 on a valid spec, 1 with one line on stderr otherwise; never a traceback.
+This module stays free of kopf and (unless --from-cluster) of the Kubernetes client, so the
+command starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from deepseek_operator.api.errors import DeepSeekOperatorError, InputError, SpecError
+from deepseek_operator.api.load import ServingObject, parse_serving
+from deepseek_operator.api.status import DeepSeekServingStatus
+from deepseek_operator.engine.resolve import Resolution, resolve
+from deepseek_operator.render.status import build_status, status_dict
+from deepseek_operator.render.workload import render_objects
+from deepseek_operator.topology.inventory import NodeInventory, build_inventory
+
+
+def _load_yaml_documents(path: str, what: str) -> list[Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot read: {exc.strerror}") from None
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"{what} {path}: invalid YAML{where}: {problem}") from None
+
+
+def load_serving_file(path: str) -> ServingObject:
+    """The one DeepSeekServing in ``path``."""
+    docs = _load_yaml_documents(path, "-f")
+    servings = [d for d in docs if isinstance(d, dict) and d.get("kind") == "DeepSeekServing"]
+    if len(servings) != 1:
+        kinds = [d.get("kind") if isinstance(d, dict) else type(d).__name__ for d in docs]
+        raise InputError(
+            f"-f {path}: must contain exactly one DeepSeekServing document, found {len(servings)} "
+            f"(kinds: {kinds})"
+        )
+    return parse_serving(servings[0])
+
+
+def load_nodes_file(path: str) -> list[dict[str, Any]]:
+    """Node objects from a ``kubectl get nodes -o yaml`` List or a multi-document file."""
+    docs = _load_yaml_documents(path, "--nodes")
+    nodes: list[dict[str, Any]] = []
+    for index, doc in enumerate(docs, start=1):
+        if isinstance(doc, dict) and doc.get("kind") in ("List", "NodeList"):
+            items = doc.get("items") or []
+            for j, item in enumerate(items, start=1):
+                if not isinstance(item, dict) or item.get("kind", "Node") != "Node":
+                    kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+                    raise InputError(
+                        f"--nodes {path}: document {index} item {j} is a {kind}, not a Node"
+                    )
+                nodes.append(item)
+        elif isinstance(doc, dict) and doc.get("kind") == "Node":
+            nodes.append(doc)
+        else:
+            kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+            raise InputError(
+                f"--nodes {path}: document {index} is a {kind}, not a Node or a List of Nodes "
+                "(use `kubectl get nodes -o yaml`)"
+            )
+    return nodes
+
+
+def _cluster_nodes() -> list[dict[str, Any]]:
+    try:
+        from kubernetes import client, config
+
+        config.load_kube_config()
+        api = client.CoreV1Api()
+        raw = api.list_node(_preload_content=False)
+        return list(json.loads(raw.data)["items"])
+    except Exception as exc:  # noqa: BLE001 - any client failure is one line for the user
+        raise InputError(f"--from-cluster: cannot list Nodes: {exc}".splitlines()[0]) from None
+
+
+def preview(
+    obj: ServingObject, inventory: NodeInventory, now: str
+) -> tuple[Resolution, DeepSeekServingStatus, list[dict[str, Any]]]:
+    """Decision, status and manifests exactly as the operator would produce them."""
+    res = resolve(obj.spec, inventory)
+    status = build_status(res, generation=obj.generation, ready_replicas=0, now=now, observed=False)
+    return res, status, render_objects(obj, res)
+
+
+def _text(
+    obj: ServingObject,
+    res: Resolution,
+    status: DeepSeekServingStatus,
+    objects: Sequence[dict[str, Any]],
+    nodes: int,
+) -> str:
+    lines = [
+        f"DeepSeekServing {obj.namespace}/{obj.name}  model {obj.spec.model.name}",
+        f"  requested --moe-backend {res.requested}  ->  rendered --moe-backend {res.moe_backend}  ({res.reason})",
+        f"  {res.message}",
+        f"  sequence parallel: {'on' if res.sequence_parallel else 'off'}   EP size: {res.expert_parallel_size}   "
+        f"GPUs per pod: {res.gpus_per_pod}   pods per replica: {res.pods_per_replica}   replicas: {res.replicas}",
+        f"  eligible nodes: {len(res.eligible_nodes)} of {nodes}"
+        + (
+            f" ({', '.join(res.eligible_nodes[:8])}{', ...' if len(res.eligible_nodes) > 8 else ''})"
+            if res.eligible_nodes
+            else ""
+        ),
+        "",
+    ]
+    rows = [("RULE", "CHECK", "RESULT", "OBSERVED")] + [
+        (c.rule, c.name, "pass" if c.passed else "FAIL", c.message) for c in res.checks
+    ]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    for r in rows:
+        lines.append(f"  {r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]:<6}  {r[3]}")
+    lines.append("")
+    lines.append("  CONDITION        STATUS  REASON                MESSAGE")
+    for c in status.conditions:
+        lines.append(f"  {c.type:<15}  {c.status:<6}  {c.reason:<20}  {c.message}")
+    lines.append("")
+    lines.append("  objects: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))
+    args = next(
+        (
+            o["spec"]["template"]["spec"]["containers"][0]["args"]
+            for o in objects
+            if o["kind"] in ("Deployment", "StatefulSet")
+        ),
+        [],
+    )
+    lines.append("  vllm serve " + " ".join(args))
+    return "\n".join(lines) + "\n"
+
+
+def render_command(args: argparse.Namespace) -> int:
+    """Run ``render``; return the exit code."""
+    try:
+        obj = load_serving_file(args.filename)
+        if args.from_cluster:
+            raw_nodes = _cluster_nodes()
+        elif args.nodes:
+            raw_nodes = load_nodes_file(args.nodes)
+        else:
+            raw_nodes = []
+        inventory = build_inventory(raw_nodes)
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        res, status, objects = preview(obj, inventory, now)
+    except SpecError as exc:
+        sys.stderr.write(f"error: {args.filename}: {exc.one_line()}\n")
+        return 1
+    except DeepSeekOperatorError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    if args.output == "json":
+        sys.stdout.write(
+            json.dumps({"status": status_dict(status), "objects": objects}, indent=2) + "\n"
+        )
+    elif args.output == "yaml":
+        header = yaml.safe_dump({"status": status_dict(status)}, sort_keys=False, width=100)
+        sys.stdout.write("".join(f"# {line}\n" for line in header.splitlines()))
+        sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=100))
+    else:
+        sys.stdout.write(_text(obj, res, status, objects, len(inventory)))
+    return 0
