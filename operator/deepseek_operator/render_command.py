@@ -88,7 +88,7 @@ def _cluster_nodes() -> list[dict[str, Any]]:
         api = client.CoreV1Api()
         raw = api.list_node(_preload_content=False)
         return list(json.loads(raw.data)["items"])
-    except Exception as exc:  # noqa: BLE001 - any client failure is one line for the user
+    except Exception as exc:
         raise InputError(f"--from-cluster: cannot list Nodes: {exc}".splitlines()[0]) from None
 
 

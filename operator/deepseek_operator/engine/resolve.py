@@ -18,7 +18,7 @@ Every check is evaluated (the chain never short-circuits), so the status shows t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from deepseek_operator.api.backends import (
     AUTO,
@@ -38,7 +38,7 @@ from deepseek_operator.api.status import (
     Check,
     failed_reason,
 )
-from deepseek_operator.catalog.models import V41_ARCH, V4_ARCH
+from deepseek_operator.catalog.models import V4_ARCH, V41_ARCH
 from deepseek_operator.engine.facts import ModelFacts, model_facts
 from deepseek_operator.engine.placement import (
     NodeRequirement,
@@ -529,10 +529,6 @@ def _resolve_auto(
     )
 
 
-def _fields(res: Resolution) -> dict[str, object]:
-    return {f: getattr(res, f) for f in res.__dataclass_fields__}
-
-
 def _keep_previous(
     spec: DeepSeekServingSpec,
     fresh: Resolution,
@@ -552,9 +548,7 @@ def _keep_previous(
             f"the running decision {prev_backend} has no eligible node left, so the decision "
             f"changed to {fresh.moe_backend}"
         )
-        return Resolution(
-            **{**_fields(fresh), "message": fresh.message + "; " + note, "notes": (note,)}
-        )  # type: ignore[arg-type]
+        return replace(fresh, message=fresh.message + "; " + note, notes=(note,))
     if prev_backend == DEEP_GEMM_MEGA_MOE:
         note = (
             f"node changes: {fresh.reason} now ({fresh.message.split(': ', 1)[-1]}); the running "
@@ -570,18 +564,16 @@ def _keep_previous(
         )
         reason = previous.reason or REASON_KEPT_AUTO
         cond_reason = REASON_KEPT_AUTO
-    return Resolution(
-        **{  # type: ignore[arg-type]
-            **_fields(fresh),
-            "moe_backend": prev_backend,
-            "reason": reason,
-            "condition_reason": cond_reason,
-            "message": f"{prev_backend} kept: {note}",
-            "requirement": req,
-            "placement": prev_place,
-            "sequence_parallel": sequence_parallel(spec, prev_backend),
-            "notes": (note,),
-        }
+    return replace(
+        fresh,
+        moe_backend=prev_backend,
+        reason=reason,
+        condition_reason=cond_reason,
+        message=f"{prev_backend} kept: {note}",
+        requirement=req,
+        placement=prev_place,
+        sequence_parallel=sequence_parallel(spec, prev_backend),
+        notes=(note,),
     )
 
 

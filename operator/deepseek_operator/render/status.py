@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from deepseek_operator.api import status as S
 from deepseek_operator.engine.resolve import Resolution
@@ -22,7 +22,7 @@ def _condition(
     now: str,
     previous: Sequence[dict[str, Any]],
 ) -> S.Condition:
-    status = "True" if ok else "False"
+    status: Literal["True", "False"] = "True" if ok else "False"
     since = now
     for old in previous:
         if (
