@@ -1,0 +1,46 @@
+# deepseek-operator: common commands. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins bench demo clean
+
+help: ## show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+venv: $(BIN)/deepseek-operator ## create .venv and install the project with its dev extras
+
+$(BIN)/deepseek-operator: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $@
+
+generate: venv ## regenerate crds/ (and the chart's copies) from the pydantic models
+	$(BIN)/deepseek-operator crds > crds/serving.deepseek-operator.io_deepseekservings.yaml
+	@if [ -d charts/deepseek-operator ]; then $(BIN)/python hack/generate_chart_files.py; fi
+
+verify: generate ## fail if generated files are stale
+	git diff --exit-code -- crds charts
+
+lint: venv ## ruff check + format check
+	$(BIN)/ruff check operator tests bench hack
+	$(BIN)/ruff format --check operator tests bench hack
+
+typecheck: venv ## mypy (strict on the pure core)
+	$(BIN)/mypy
+
+cluster-bins: ## build the local control plane binaries (cached under ~/.cache/deepseek-operator)
+	hack/build-control-plane.sh
+
+test-unit: venv ## unit tests only (no cluster)
+	$(BIN)/pytest tests/unit -q
+
+test: venv cluster-bins ## THE test command: unit + integration + e2e against a real local control plane
+	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
+
+bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
+	$(BIN)/python bench/bench_core.py
+
+clean: ## remove the virtualenv and caches (not the cached binaries)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,128 @@
+"""The API: generated CRD, structural schema, descriptions, and the static rules' messages."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from deepseek_operator.api.crd import CRD_FILENAME, build_crd, crd_yaml
+from deepseek_operator.api.errors import SpecError
+from deepseek_operator.api.load import parse_serving, parse_spec
+from deepseek_operator.api.rules import SPEC_RULES, VLLM_MEGA_MOE_REQUIRES_EP
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+INVALID = sorted((ROOT / "tests/fixtures/invalid").glob("*.yaml"))
+
+
+def test_checked_in_crd_matches_the_generator() -> None:
+    checked_in = (ROOT / "crds" / CRD_FILENAME).read_text()
+    assert checked_in == crd_yaml(), "crds/ is stale: run `make generate`"
+
+
+def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        out.append((path, node))
+        for key, value in node.get("properties", {}).items():
+            out += _walk(value, f"{path}.{key}")
+        if isinstance(node.get("items"), dict):
+            out += _walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            out += _walk(node["additionalProperties"], f"{path}{{}}")
+    return out
+
+
+def _schema() -> dict[str, Any]:
+    return build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def test_schema_is_structural() -> None:
+    text = crd_yaml()
+    assert "$ref" not in text
+    assert "additionalProperties: false" not in text
+    for path, node in _walk(_schema()):
+        assert "anyOf" not in node, path
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
+
+
+def test_every_spec_and_status_field_has_a_description() -> None:
+    root = _schema()
+    for top in ("spec", "status"):
+        for path, node in _walk(root["properties"][top], top):
+            if path.endswith("[]") or path.endswith("{}") or path == top:
+                continue
+            assert node.get("description"), f"{path} has no description"
+
+
+def test_crd_names_columns_and_subresource() -> None:
+    crd = build_crd()
+    names = crd["spec"]["names"]
+    assert names["shortNames"] == ["dss"]
+    assert crd["spec"]["group"] == "serving.deepseek-operator.io"
+    version = crd["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Backend"] == ".status.resolved.moeBackend"
+    assert columns["SP"] == ".status.resolved.sequenceParallel"
+    assert "Ready" in columns and "Age" in columns and "Reason" in columns
+    conditions = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+
+
+def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
+    text = yaml.safe_dump(build_crd())
+    for rule in SPEC_RULES:
+        assert rule.cel.replace("'", "''")[:40] in text or rule.cel[:40] in text
+    spec = _schema()["properties"]["spec"]
+    cel = spec["x-kubernetes-validations"] + spec["properties"]["parallelism"]["x-kubernetes-validations"] + spec["properties"]["engine"]["x-kubernetes-validations"]
+    assert sorted(v["message"] for v in cel) == sorted(r.message for r in SPEC_RULES)
+
+
+def _expected_rule(path: pathlib.Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# rule: ")
+    return first.removeprefix("# rule: ").strip()
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: f"{p.stem} is refused")
+def test_invalid_fixtures_are_refused_with_the_rules_message(path: pathlib.Path) -> None:
+    rule = next(r for r in SPEC_RULES if r.name == _expected_rule(path))
+    with pytest.raises(SpecError) as caught:
+        parse_serving(yaml.safe_load(path.read_text()))
+    assert caught.value.message == rule.message
+    assert caught.value.field_path == rule.full_path
+    assert rule.full_path in str(caught.value)
+
+
+def test_every_rule_has_an_invalid_fixture() -> None:
+    covered = {_expected_rule(p) for p in INVALID}
+    assert covered == {r.name for r in SPEC_RULES}
+
+
+def test_mega_without_ep_carries_vllms_own_words() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"model": {"name": "m"}, "image": "i", "moeBackend": "deep_gemm_mega_moe"})
+    assert VLLM_MEGA_MOE_REQUIRES_EP in str(caught.value)
+    assert str(caught.value).startswith('spec.moeBackend: Invalid value: "deep_gemm_mega_moe"')
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        pytest.param({"image": "i"}, "spec.model", id="missing model names the field"),
+        pytest.param({"model": {"name": "m"}, "image": "i", "replicas": -1}, "spec.replicas", id="negative replicas"),
+        pytest.param({"model": {"name": "m"}, "image": "i", "parallelism": {"tensorParallelSize": 0}}, "spec.parallelism.tensorParallelSize", id="zero TP"),
+        pytest.param({"model": {"name": "m"}, "image": "i", "parallelism": {"tensorParalelSize": 4}}, "spec.parallelism.tensorParalelSize", id="typo is an unknown field"),
+        pytest.param({"model": {"name": "m", "expertDtype": "int4"}, "image": "i"}, "spec.model.expertDtype", id="bad enum value"),
+    ],
+)
+def test_type_and_range_errors_name_the_field(raw: dict[str, Any], path: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(raw)
+    assert caught.value.field_path == path
+    assert "\n" not in str(caught.value)

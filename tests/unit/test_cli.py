@@ -1,0 +1,121 @@
+"""The command line as users run it: exit codes, output shapes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SEED = str(ROOT / "examples/dsv41-flash-gb200.yaml")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodes", "backend", "sp"),
+    [
+        pytest.param("nodes-gb200.yaml", "deep_gemm_mega_moe", True, id="GB200 pool selects MegaMoE"),
+        pytest.param("nodes-h200.yaml", "auto", False, id="H200 pool keeps auto"),
+        pytest.param("nodes-mixed.yaml", "deep_gemm_mega_moe", True, id="mixed pool selects MegaMoE on the healthy tray"),
+    ],
+)
+def test_render_json_contract(nodes: str, backend: str, sp: bool) -> None:
+    out = run("render", "-f", SEED, "--nodes", str(ROOT / "examples" / nodes), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"status", "objects"}
+    assert doc["status"]["resolved"]["moeBackend"] == backend
+    assert doc["status"]["resolved"]["sequenceParallel"] is sp
+    deploy = doc["objects"][0]
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--moe-backend") + 1] == backend
+
+
+def test_render_text_is_a_table_of_checks() -> None:
+    out = run("render", "-f", SEED, "--nodes", str(ROOT / "examples/nodes-h200.yaml"))
+    assert out.returncode == 0
+    assert "GPUArchitecture" in out.stdout and "FAIL" in out.stdout
+    assert "rendered --moe-backend auto" in out.stdout
+
+
+def test_render_yaml_is_applyable_documents() -> None:
+    out = run("render", "-f", SEED, "--nodes", str(ROOT / "examples/nodes-gb200.yaml"), "-o", "yaml")
+    assert out.returncode == 0
+    docs = list(yaml.safe_load_all(out.stdout))
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    assert "# status:" in out.stdout
+
+
+def test_explicit_mega_without_ep_exits_1_with_field_and_vllms_message() -> None:
+    out = run("render", "-f", str(ROOT / "tests/fixtures/invalid/mega-without-ep.yaml"))
+    assert out.returncode == 1
+    assert out.stdout == ""
+    line = out.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "spec.moeBackend" in line
+    assert "DeepSeek V4 MegaMoE currently requires expert parallel." in line
+
+
+@pytest.mark.parametrize(
+    ("content", "flag", "fragment"),
+    [
+        pytest.param("kind: [unclosed", "-f", "invalid YAML at line", id="malformed YAML"),
+        pytest.param("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "-f", "exactly one DeepSeekServing", id="not a DeepSeekServing"),
+        pytest.param("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "--nodes", "is a Pod, not a Node", id="nodes file that is not Nodes"),
+        pytest.param("apiVersion: v1\nkind: List\nitems:\n- {kind: Service, metadata: {name: s}}\n", "--nodes", "item 1 is a Service", id="List of non-Nodes"),
+    ],
+)
+def test_bad_input_is_one_line_without_traceback(tmp_path: pathlib.Path, content: str, flag: str, fragment: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content)
+    args = ["render", "-f", str(bad)] if flag == "-f" else ["render", "-f", SEED, "--nodes", str(bad)]
+    out = run(*args)
+    assert out.returncode == 1
+    assert fragment in out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_unknown_backend_and_negative_size(tmp_path: pathlib.Path) -> None:
+    doc = yaml.safe_load(pathlib.Path(SEED).read_text())
+    doc["spec"]["moeBackend"] = "megamoe"
+    bad = tmp_path / "b.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    out = run("render", "-f", str(bad))
+    assert out.returncode == 1 and 'spec.moeBackend: Invalid value: "megamoe"' in out.stderr
+    doc["spec"]["moeBackend"] = "auto"
+    doc["spec"]["replicas"] = -2
+    bad.write_text(yaml.safe_dump(doc))
+    out = run("render", "-f", str(bad))
+    assert out.returncode == 1 and "spec.replicas: Invalid value: -2" in out.stderr
+
+
+def test_missing_file_is_one_line() -> None:
+    out = run("render", "-f", "/nonexistent.yaml")
+    assert out.returncode == 1 and "cannot read" in out.stderr
+
+
+def test_crds_command_prints_the_checked_in_crd() -> None:
+    out = run("crds")
+    assert out.returncode == 0
+    assert out.stdout == (ROOT / "crds/serving.deepseek-operator.io_deepseekservings.yaml").read_text()
+
+
+def test_render_does_not_import_kopf_or_the_kubernetes_client() -> None:
+    code = (
+        "import sys, runpy; sys.argv=['x','render','-f',%r,'-o','json'];"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    from deepseek_operator.cli import main; main(sys.argv[1:])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kopf','kubernetes','pynvml')))"
+    ) % SEED
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stderr

@@ -1,0 +1,137 @@
+"""Rendering: argv order, pod template, Deployment/Service, multi-pod replicas, status."""
+
+from __future__ import annotations
+
+import json
+
+from deepseek_operator.api.load import ServingObject
+from deepseek_operator.engine.resolve import resolve
+from deepseek_operator.render.argv import vllm_args
+from deepseek_operator.render.status import build_status, status_dict
+from deepseek_operator.render.workload import render_objects
+from tests.unit.factories import gb200_pool, inventory, node, spec
+
+SEED_ENGINE = {
+    "maxModelLen": 1048576,
+    "kvCacheDtype": "fp8",
+    "maxNumSeqs": 64,
+    "maxNumBatchedTokens": 8192,
+    "enablePrefixCaching": False,
+    "tokenizerMode": "deepseek_v41",
+    "reasoningParser": "deepseek_v41",
+    "speculativeConfig": {"method": "dspark", "num_speculative_tokens": 5},
+    "enableDbo": False,
+    "ubatchSize": 0,
+    "extraArgs": ["--language-model-only"],
+}
+
+
+def _obj(**overrides: object) -> ServingObject:
+    return ServingObject(name="dsv41", namespace="llm", spec=spec(**overrides), generation=3, uid="u-1")
+
+
+def test_argv_snapshot_in_fixed_order_with_explicit_moe_backend_and_extra_args_last() -> None:
+    s = spec(model={"name": "deepseek-ai/DeepSeek-V4.1-Flash", "revision": "abc", "servedModelName": "dsv41"}, engine=SEED_ENGINE)
+    res = resolve(s, gb200_pool())
+    assert vllm_args(s, res) == [
+        "deepseek-ai/DeepSeek-V4.1-Flash",
+        "--revision", "abc",
+        "--served-model-name", "dsv41",
+        "--host", "0.0.0.0",
+        "--port", "8000",
+        "--tensor-parallel-size", "4",
+        "--pipeline-parallel-size", "1",
+        "--data-parallel-size", "1",
+        "--enable-expert-parallel",
+        "--distributed-executor-backend", "mp",
+        "--moe-backend", "auto",
+        "--max-model-len", "1048576",
+        "--kv-cache-dtype", "fp8",
+        "--max-num-seqs", "64",
+        "--max-num-batched-tokens", "8192",
+        "--no-enable-prefix-caching",
+        "--tokenizer-mode", "deepseek_v41",
+        "--reasoning-parser", "deepseek_v41",
+        "--speculative-config", '{"method":"dspark","num_speculative_tokens":5}',
+        "--language-model-only",
+    ]  # fmt: skip
+
+
+def test_deployment_pod_template_for_mega_moe() -> None:
+    obj = _obj()
+    res = resolve(obj.spec, gb200_pool())
+    deploy, service = render_objects(obj, res)
+    assert deploy["kind"] == "Deployment" and service["kind"] == "Service"
+    assert deploy["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert deploy["metadata"]["ownerReferences"][0]["controller"] is True
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["vllm", "serve"]
+    assert container["args"][container["args"].index("--moe-backend") + 1] == "deep_gemm_mega_moe"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert container["startupProbe"]["httpGet"]["path"] == "/health"
+    assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 3600
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert any(
+        {"key": "gpu.deepseek-operator.io/nvlink.fully-connected", "operator": "In", "values": ["true"]} in t["matchExpressions"]
+        for t in terms
+    )
+    assert service["spec"]["ports"][0]["port"] == 8000
+    assert deploy["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert service["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_kept_auto_has_no_gpu_affinity_and_user_resources_are_kept() -> None:
+    obj = _obj(resources={"requests": {"cpu": "16", "memory": "256Gi"}}, nodeSelector={"pool": "a"})
+    res = resolve(obj.spec, inventory(node("h0", "NVIDIA-H200", labels={"pool": "a"})))
+    deploy = render_objects(obj, res)[0]
+    pod = deploy["spec"]["template"]["spec"]
+    assert "affinity" not in pod
+    assert pod["nodeSelector"] == {"pool": "a"}
+    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "16", "memory": "256Gi", "nvidia.com/gpu": "4"}
+
+
+def test_unrunnable_explicit_backend_pins_pods_to_no_node() -> None:
+    obj = _obj(moeBackend="deep_gemm_mega_moe")
+    res = resolve(obj.spec, inventory(node("h0", "NVIDIA-H200")))
+    pod = render_objects(obj, res)[0]["spec"]["template"]["spec"]
+    exprs = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert exprs == [
+        {"matchExpressions": [{"key": "gpu.deepseek-operator.io/sm-family", "operator": "In", "values": ["sm100"]}]},
+        {"matchExpressions": [{"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"}, {"key": "nvidia.com/gpu.compute.major", "operator": "In", "values": ["10"]}]},
+        {"matchExpressions": [{"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"}, {"key": "nvidia.com/gpu.compute.major", "operator": "DoesNotExist"}, {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-GB200", "NVIDIA-B200", "NVIDIA-GB300", "NVIDIA-B300-SXM6-AC"]}]},
+    ]
+
+
+def test_multi_pod_replicas_render_head_and_headless_workers() -> None:
+    obj = _obj(replicas=2, parallelism={"tensorParallelSize": 4, "dataParallelSize": 4, "dataParallelSizeLocal": 2})
+    res = resolve(obj.spec, inventory(*(node(f"b{i}", "NVIDIA-B200") for i in range(4))))
+    assert res.pods_per_replica == 2 and res.gpus_per_pod == 8
+    objects = render_objects(obj, res)
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert ("StatefulSet", "dsv41-r0-n0") in kinds and ("StatefulSet", "dsv41-r1-n1") in kinds
+    assert kinds[-1] == ("Service", "dsv41")
+    worker = next(o for o in objects if o["metadata"]["name"] == "dsv41-r1-n1")
+    args = worker["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--headless" in args
+    assert args[args.index("--data-parallel-start-rank") + 1] == "2"
+    assert args[args.index("--data-parallel-address") + 1] == "dsv41-r1-n0-0.dsv41-r1.llm.svc"
+    assert "startupProbe" not in worker["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_status_conditions_and_stable_transition_times() -> None:
+    res = resolve(spec(), gb200_pool())
+    first = build_status(res, generation=3, ready_replicas=0, now="2026-01-01T00:00:00Z")
+    doc = status_dict(first)
+    conds = {c["type"]: c for c in doc["conditions"]}
+    assert conds["BackendResolved"]["status"] == "True" and conds["BackendResolved"]["reason"] == "MegaMoESelected"
+    assert conds["Placeable"]["status"] == "True"
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "ReplicasNotReady"
+    assert all(c["observedGeneration"] == 3 for c in doc["conditions"])
+    assert doc["resolved"] == {"moeBackend": "deep_gemm_mega_moe", "sequenceParallel": True, "expertParallelSize": 4, "gpusPerPod": 4, "podsPerReplica": 1, "eligibleNodes": 4}
+    second = status_dict(build_status(res, generation=3, ready_replicas=1, now="2026-01-01T01:00:00Z", previous_conditions=doc["conditions"]))
+    conds2 = {c["type"]: c for c in second["conditions"]}
+    assert conds2["BackendResolved"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert conds2["Ready"]["status"] == "True" and conds2["Ready"]["lastTransitionTime"] == "2026-01-01T01:00:00Z"
+    json.dumps(second)
