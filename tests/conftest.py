@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 # --- real local control plane (tests/k8s/cluster.py; binaries: hack/build-control-plane.sh) ---
+# `k8s` is imported from tests/ whatever pytest's import mode or package layout.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from k8s.cluster import (  # noqa: F401  (fixtures are used by name)
     attach_logs_on_failure,
     control_plane,

@@ -48,6 +48,8 @@ T = TypeVar("T")
 #: Annotation kwok selects the Nodes it manages by (``--manage-nodes-with-annotation-selector``).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
+#: kwok Stage config (its "fast" node and pod stages); kwok runs no stages without one.
+KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 
 CORE_BINARIES = ("etcd", "kube-apiserver", "kubectl")
 FULL_BINARIES = ("kube-controller-manager", "kube-scheduler", "kwok")
@@ -129,7 +131,7 @@ def wait_for(
 ) -> T:
     """Poll *predicate* until it returns a truthy value and return that value.
 
-    Exceptions raised by *predicate* count as "not yet". On timeout an ``AssertionError`` names
+    Exceptions raised by *predicate* count as "not yet", except :class:`ComponentExited`. On timeout an ``AssertionError`` names
     *what* and the last exception seen.
     """
     deadline = time.monotonic() + timeout
@@ -139,6 +141,8 @@ def wait_for(
             result = predicate()
             if result:
                 return result
+        except ComponentExited:
+            raise
         except Exception as exc:
             last_exc = exc
         if time.monotonic() >= deadline:
@@ -160,82 +164,58 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def generate_pki(directory: Path) -> dict[str, Path]:
-    """Create a CA, an apiserver serving certificate and ServiceAccount keys with openssl.
+_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
-    Returns paths keyed ``ca_crt ca_key apiserver_crt apiserver_key sa_key sa_pub``.
+
+def _make_ca(d: Path, name: str, cn: str) -> None:
+    _openssl("req", "-x509", *_EC_KEY, "-days", "3", "-subj", f"/CN={cn}",
+             "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=d)  # fmt: skip
+
+
+def _issue(d: Path, name: str, ca: str, subject: str, extensions: str) -> None:
+    _openssl("req", *_EC_KEY, "-subj", subject, "-keyout", f"{name}.key",
+             "-out", f"{name}.csr", cwd=d)  # fmt: skip
+    (d / f"{name}.ext").write_text(extensions)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-days", "3", "-extfile", f"{name}.ext",
+             "-out", f"{name}.crt", cwd=d)  # fmt: skip
+
+
+def generate_pki(directory: Path) -> dict[str, Path]:
+    """Create the cluster PKI with the openssl CLI (EC P-256 certificates, RSA SA keys).
+
+    Returns paths keyed ``ca_crt ca_key apiserver_crt apiserver_key front_proxy_ca_crt
+    front_proxy_client_crt front_proxy_client_key sa_key sa_pub``.
     """
     d = directory
     d.mkdir(parents=True, exist_ok=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-days",
-        "3",
-        "-subj",
-        "/CN=deepseek-operator-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        cwd=d,
-    )
-    _openssl(
-        "req",
-        *ec,
-        "-subj",
-        "/CN=kube-apiserver",
-        "-keyout",
-        "apiserver.key",
-        "-out",
-        "apiserver.csr",
-        cwd=d,
-    )
+    _make_ca(d, "ca", "deepseek-operator-test-ca")
     sans = ",".join(
-        [
-            "IP:127.0.0.1",
-            "IP:10.0.0.1",
-            "DNS:localhost",
-            "DNS:kubernetes",
-            "DNS:kubernetes.default",
-            "DNS:kubernetes.default.svc",
-            "DNS:kubernetes.default.svc.cluster.local",
-        ]
+        ["IP:127.0.0.1", "IP:10.0.0.1", "DNS:localhost", "DNS:kubernetes"]
+        + [f"DNS:kubernetes.default{s}" for s in ("", ".svc", ".svc.cluster.local")]
     )
-    (d / "apiserver.ext").write_text(
-        f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n"
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        "apiserver.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "3",
-        "-extfile",
-        "apiserver.ext",
-        "-out",
-        "apiserver.crt",
-        cwd=d,
-    )
+    _issue(d, "apiserver", "ca", "/CN=kube-apiserver",
+           f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n")  # fmt: skip
+    # Request-header (front proxy) authentication, which controller-manager and scheduler
+    # read from kube-system/extension-apiserver-authentication.
+    _make_ca(d, "front-proxy-ca", "deepseek-operator-test-front-proxy-ca")
+    _issue(d, "front-proxy-client", "front-proxy-ca", "/CN=front-proxy-client",
+           "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature\n")  # fmt: skip
     # ServiceAccount token signing key pair (RS256, what kube-apiserver expects by default).
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
-    return {
-        "ca_crt": d / "ca.crt",
-        "ca_key": d / "ca.key",
-        "apiserver_crt": d / "apiserver.crt",
-        "apiserver_key": d / "apiserver.key",
-        "sa_key": d / "sa.key",
-        "sa_pub": d / "sa.pub",
+    names = {
+        "ca_crt": "ca.crt",
+        "ca_key": "ca.key",
+        "apiserver_crt": "apiserver.crt",
+        "apiserver_key": "apiserver.key",
+        "front_proxy_ca_crt": "front-proxy-ca.crt",
+        "front_proxy_client_crt": "front-proxy-client.crt",
+        "front_proxy_client_key": "front-proxy-client.key",
+        "sa_key": "sa.key",
+        "sa_pub": "sa.pub",
     }
+    return {key: d / name for key, name in names.items()}
 
 
 def write_kubeconfig(
@@ -262,6 +242,10 @@ def write_kubeconfig(
     path.write_text(json.dumps(cfg, indent=2))  # JSON is valid YAML
     path.chmod(0o600)
     return path
+
+
+class ComponentExited(RuntimeError):
+    """A control-plane process exited; :func:`wait_for` stops polling on it."""
 
 
 class KubectlError(subprocess.CalledProcessError):
@@ -310,9 +294,9 @@ class Component:
         return self.process is not None and self.process.poll() is None
 
     def check_running(self) -> None:
-        """Raise ``RuntimeError`` with the log tail if the process has exited."""
+        """Raise :class:`ComponentExited` with the log tail if the process has exited."""
         if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(
+            raise ComponentExited(
                 f"{self.name} exited with code {self.process.returncode}; "
                 f"log {self.log_path}:\n{tail(self.log_path)}"
             )
@@ -439,6 +423,13 @@ class ControlPlane:
                 # fresh Nodes; kwok reports them Ready instead.
                 "--disable-admission-plugins=TaintNodesByCondition",
                 "--profiling=false",
+                f"--requestheader-client-ca-file={self.pki['front_proxy_ca_crt']}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={self.pki['front_proxy_client_crt']}",
+                f"--proxy-client-key-file={self.pki['front_proxy_client_key']}",
             ],
             self.log_dir / "kube-apiserver.log",
             health_url=f"{self.server}/readyz",
@@ -512,6 +503,7 @@ class ControlPlane:
                 "--node-ip=10.0.0.1",
                 f"--server-address=127.0.0.1:{kwok_port}",
                 "--node-lease-duration-seconds=40",
+                f"--config={KWOK_STAGES}",
             ],
             self.log_dir / "kwok.log",
             health_url=f"http://127.0.0.1:{kwok_port}/healthz",
