@@ -50,6 +50,14 @@ def _build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--interval", type=float, default=300.0, help="seconds between probes")
     agent.add_argument("--once", action="store_true", help="probe and publish once, then exit")
     agent.add_argument("--dry-run", action="store_true", help="print the labels, do not publish")
+    agent.add_argument(
+        "--kubeconfig", help="kubeconfig to use outside a Pod (default: in-cluster, $KUBECONFIG)"
+    )
+    agent.add_argument(
+        "--recorded",
+        metavar="FILE",
+        help="replay a recorded topology (JSON recording or `nvidia-smi topo -m`) instead of NVML",
+    )
     return parser
 
 
