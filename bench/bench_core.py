@@ -15,9 +15,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.unit.factories import agent_labels, node, spec  # noqa: E402
+
 from deepseek_operator.engine.resolve import resolve  # noqa: E402
 from deepseek_operator.topology.inventory import build_inventory  # noqa: E402
-from tests.unit.factories import agent_labels, node, spec  # noqa: E402
 
 
 def _pool(n: int) -> list[dict[str, object]]:
@@ -26,7 +27,14 @@ def _pool(n: int) -> list[dict[str, object]]:
     for i in range(n):
         product = products[i % len(products)]
         agent = agent_labels(product, "false" if i % 17 == 0 else "true") if i % 3 else None
-        out.append(node(f"node-{i:05d}", product, agent=agent, taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]))
+        out.append(
+            node(
+                f"node-{i:05d}",
+                product,
+                agent=agent,
+                taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+            )
+        )
     return out
 
 
@@ -36,7 +44,10 @@ def bench_resolve(n: int = 5000, rounds: int = 50) -> tuple[float, float, float]
     t0 = time.perf_counter()
     inv = build_inventory(raw)
     build_ms = (time.perf_counter() - t0) * 1000
-    s = spec(replicas=8, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    s = spec(
+        replicas=8,
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    )
     samples = []
     for _ in range(rounds):
         t = time.perf_counter()
@@ -48,7 +59,18 @@ def bench_resolve(n: int = 5000, rounds: int = 50) -> tuple[float, float, float]
 
 def bench_render_cli(rounds: int = 10) -> tuple[float, float]:
     """(median s, max s) wall time of ``deepseek-operator render`` of the seed example."""
-    cmd = [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(ROOT / "examples/dsv41-flash-gb200.yaml"), "--nodes", str(ROOT / "examples/nodes-mixed.yaml"), "-o", "json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "deepseek_operator.cli",
+        "render",
+        "-f",
+        str(ROOT / "examples/dsv41-flash-gb200.yaml"),
+        "--nodes",
+        str(ROOT / "examples/nodes-mixed.yaml"),
+        "-o",
+        "json",
+    ]
     samples = []
     for _ in range(rounds):
         t = time.perf_counter()
@@ -60,9 +82,13 @@ def bench_render_cli(rounds: int = 10) -> tuple[float, float]:
 def main() -> int:
     """Print the figures; exit 1 if a target is missed."""
     med, p95, build = bench_resolve()
-    print(f"resolve over 5,000 nodes: median {med:.1f} ms, p95 {p95:.1f} ms (target < 20 ms); inventory build {build:.0f} ms (once per Node change set, not per resolve)")
+    print(
+        f"resolve over 5,000 nodes: median {med:.1f} ms, p95 {p95:.1f} ms (target < 20 ms); inventory build {build:.0f} ms (once per Node change set, not per resolve)"
+    )
     rmed, rmax = bench_render_cli()
-    print(f"deepseek-operator render (example, mixed pool, -o json): median {rmed * 1000:.0f} ms, max {rmax * 1000:.0f} ms wall (target < 500 ms)")
+    print(
+        f"deepseek-operator render (example, mixed pool, -o json): median {rmed * 1000:.0f} ms, max {rmax * 1000:.0f} ms wall (target < 500 ms)"
+    )
     return 0 if med < 20 and rmed < 0.5 else 1
 
 

@@ -52,7 +52,11 @@ def node(
 ) -> dict[str, Any]:
     """A Node object with GFD labels for ``product`` and optional agent labels."""
     cc, count = PRODUCTS[product]
-    node_labels = {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count)}
+    node_labels = {
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(count),
+    }
     if gfd_cc:
         node_labels["nvidia.com/gpu.compute.major"] = str(cc[0])
         node_labels["nvidia.com/gpu.compute.minor"] = str(cc[1])

@@ -69,7 +69,9 @@ def test_crd_names_columns_and_subresource() -> None:
     assert columns["Backend"] == ".status.resolved.moeBackend"
     assert columns["SP"] == ".status.resolved.sequenceParallel"
     assert "Ready" in columns and "Age" in columns and "Reason" in columns
-    conditions = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]
+    conditions = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "conditions"
+    ]
     assert conditions["x-kubernetes-list-type"] == "map"
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
 
@@ -79,7 +81,11 @@ def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
     for rule in SPEC_RULES:
         assert rule.cel.replace("'", "''")[:40] in text or rule.cel[:40] in text
     spec = _schema()["properties"]["spec"]
-    cel = spec["x-kubernetes-validations"] + spec["properties"]["parallelism"]["x-kubernetes-validations"] + spec["properties"]["engine"]["x-kubernetes-validations"]
+    cel = (
+        spec["x-kubernetes-validations"]
+        + spec["properties"]["parallelism"]["x-kubernetes-validations"]
+        + spec["properties"]["engine"]["x-kubernetes-validations"]
+    )
     assert sorted(v["message"] for v in cel) == sorted(r.message for r in SPEC_RULES)
 
 
@@ -115,10 +121,26 @@ def test_mega_without_ep_carries_vllms_own_words() -> None:
     ("raw", "path"),
     [
         pytest.param({"image": "i"}, "spec.model", id="missing model names the field"),
-        pytest.param({"model": {"name": "m"}, "image": "i", "replicas": -1}, "spec.replicas", id="negative replicas"),
-        pytest.param({"model": {"name": "m"}, "image": "i", "parallelism": {"tensorParallelSize": 0}}, "spec.parallelism.tensorParallelSize", id="zero TP"),
-        pytest.param({"model": {"name": "m"}, "image": "i", "parallelism": {"tensorParalelSize": 4}}, "spec.parallelism.tensorParalelSize", id="typo is an unknown field"),
-        pytest.param({"model": {"name": "m", "expertDtype": "int4"}, "image": "i"}, "spec.model.expertDtype", id="bad enum value"),
+        pytest.param(
+            {"model": {"name": "m"}, "image": "i", "replicas": -1},
+            "spec.replicas",
+            id="negative replicas",
+        ),
+        pytest.param(
+            {"model": {"name": "m"}, "image": "i", "parallelism": {"tensorParallelSize": 0}},
+            "spec.parallelism.tensorParallelSize",
+            id="zero TP",
+        ),
+        pytest.param(
+            {"model": {"name": "m"}, "image": "i", "parallelism": {"tensorParalelSize": 4}},
+            "spec.parallelism.tensorParalelSize",
+            id="typo is an unknown field",
+        ),
+        pytest.param(
+            {"model": {"name": "m", "expertDtype": "int4"}, "image": "i"},
+            "spec.model.expertDtype",
+            id="bad enum value",
+        ),
     ],
 )
 def test_type_and_range_errors_name_the_field(raw: dict[str, Any], path: str) -> None:

@@ -16,16 +16,27 @@ SEED = str(ROOT / "examples/dsv41-flash-gb200.yaml")
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "deepseek_operator.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "deepseek_operator.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
     )
 
 
 @pytest.mark.parametrize(
     ("nodes", "backend", "sp"),
     [
-        pytest.param("nodes-gb200.yaml", "deep_gemm_mega_moe", True, id="GB200 pool selects MegaMoE"),
+        pytest.param(
+            "nodes-gb200.yaml", "deep_gemm_mega_moe", True, id="GB200 pool selects MegaMoE"
+        ),
         pytest.param("nodes-h200.yaml", "auto", False, id="H200 pool keeps auto"),
-        pytest.param("nodes-mixed.yaml", "deep_gemm_mega_moe", True, id="mixed pool selects MegaMoE on the healthy tray"),
+        pytest.param(
+            "nodes-mixed.yaml",
+            "deep_gemm_mega_moe",
+            True,
+            id="mixed pool selects MegaMoE on the healthy tray",
+        ),
     ],
 )
 def test_render_json_contract(nodes: str, backend: str, sp: bool) -> None:
@@ -48,7 +59,9 @@ def test_render_text_is_a_table_of_checks() -> None:
 
 
 def test_render_yaml_is_applyable_documents() -> None:
-    out = run("render", "-f", SEED, "--nodes", str(ROOT / "examples/nodes-gb200.yaml"), "-o", "yaml")
+    out = run(
+        "render", "-f", SEED, "--nodes", str(ROOT / "examples/nodes-gb200.yaml"), "-o", "yaml"
+    )
     assert out.returncode == 0
     docs = list(yaml.safe_load_all(out.stdout))
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
@@ -69,15 +82,34 @@ def test_explicit_mega_without_ep_exits_1_with_field_and_vllms_message() -> None
     ("content", "flag", "fragment"),
     [
         pytest.param("kind: [unclosed", "-f", "invalid YAML at line", id="malformed YAML"),
-        pytest.param("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "-f", "exactly one DeepSeekServing", id="not a DeepSeekServing"),
-        pytest.param("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "--nodes", "is a Pod, not a Node", id="nodes file that is not Nodes"),
-        pytest.param("apiVersion: v1\nkind: List\nitems:\n- {kind: Service, metadata: {name: s}}\n", "--nodes", "item 1 is a Service", id="List of non-Nodes"),
+        pytest.param(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            "-f",
+            "exactly one DeepSeekServing",
+            id="not a DeepSeekServing",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
+            "--nodes",
+            "is a Pod, not a Node",
+            id="nodes file that is not Nodes",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: List\nitems:\n- {kind: Service, metadata: {name: s}}\n",
+            "--nodes",
+            "item 1 is a Service",
+            id="List of non-Nodes",
+        ),
     ],
 )
-def test_bad_input_is_one_line_without_traceback(tmp_path: pathlib.Path, content: str, flag: str, fragment: str) -> None:
+def test_bad_input_is_one_line_without_traceback(
+    tmp_path: pathlib.Path, content: str, flag: str, fragment: str
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(content)
-    args = ["render", "-f", str(bad)] if flag == "-f" else ["render", "-f", SEED, "--nodes", str(bad)]
+    args = (
+        ["render", "-f", str(bad)] if flag == "-f" else ["render", "-f", SEED, "--nodes", str(bad)]
+    )
     out = run(*args)
     assert out.returncode == 1
     assert fragment in out.stderr
@@ -106,7 +138,9 @@ def test_missing_file_is_one_line() -> None:
 def test_crds_command_prints_the_checked_in_crd() -> None:
     out = run("crds")
     assert out.returncode == 0
-    assert out.stdout == (ROOT / "crds/serving.deepseek-operator.io_deepseekservings.yaml").read_text()
+    assert (
+        out.stdout == (ROOT / "crds/serving.deepseek-operator.io_deepseekservings.yaml").read_text()
+    )
 
 
 def test_render_does_not_import_kopf_or_the_kubernetes_client() -> None:

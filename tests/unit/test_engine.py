@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.unit.factories import agent_labels, gb200_pool, inventory, node, spec
 
 from deepseek_operator.api.backends import MOE_BACKENDS
 from deepseek_operator.engine.resolve import PreviousDecision, resolve, sequence_parallel
-from tests.unit.factories import agent_labels, gb200_pool, inventory, node, spec
 
 # --- auto becomes deep_gemm_mega_moe only when every rule holds --------------------------------
 
@@ -26,31 +26,191 @@ def test_auto_selects_mega_moe_for_the_seed_spec_on_a_gb200_pool() -> None:
 
 
 FLIPS: list[Any] = [
-    pytest.param({"model": {"name": "deepseek-ai/DeepSeek-V4-Flash"}}, gb200_pool(), "ModelArchitecture", id="R2 V4 (not V4.1) keeps auto"),
-    pytest.param({"model": {"name": "my/local-ckpt"}}, gb200_pool(), "ModelArchitecture", id="R2 unknown checkpoint without facts keeps auto"),
-    pytest.param({}, inventory(node("h0", "NVIDIA-H200"), node("h1", "NVIDIA-H200")), "GPUArchitecture", id="R3 Hopper-only pool keeps auto"),
-    pytest.param({}, inventory(node("rtx", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition")), "GPUArchitecture", id="R3 SM120 Blackwell is not SM100"),
-    pytest.param({"env": [{"name": "VLLM_USE_DEEP_GEMM", "value": "0"}]}, gb200_pool(), "DeepGEMM", id="R4 VLLM_USE_DEEP_GEMM=0 keeps auto"),
-    pytest.param({"env": [{"name": "VLLM_USE_DEEP_GEMM", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]}, gb200_pool(), "DeepGEMM", id="R4 DeepGEMM from valueFrom cannot be verified"),
-    pytest.param({"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "expertDtype": "fp8"}}, gb200_pool(), "ExpertDtype", id="R5 fp8 experts keep auto"),
-    pytest.param({"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "scoringFunc": "softmax"}}, gb200_pool(), "Routing", id="R6 softmax routing keeps auto"),
-    pytest.param({"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "hiddenSize": 5000}}, gb200_pool(), "Dimensions", id="R7 hidden size not a multiple of 128"),
-    pytest.param({"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "moeIntermediateSize": 2300}}, gb200_pool(), "Dimensions", id="R7 intermediate size not a multiple of 128"),
-    pytest.param({"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "numRoutedExperts": 382}}, gb200_pool(), "Dimensions", id="R7 experts not divisible by EP size"),
-    pytest.param({"parallelism": {"tensorParallelSize": 4, "expertParallel": False}}, gb200_pool(), "ExpertParallel", id="R8 expert parallel off keeps auto"),
-    pytest.param({"parallelism": {"tensorParallelSize": 1, "expertParallel": True}}, gb200_pool(), "ExpertParallel", id="R8 EP size 1 is not a local EP group"),
-    pytest.param({"parallelism": {"tensorParallelSize": 2, "pipelineParallelSize": 2, "expertParallel": True}}, gb200_pool(), "NoPipelineOrContextParallel", id="R9 pipeline parallel keeps auto"),
-    pytest.param({"parallelism": {"tensorParallelSize": 4, "decodeContextParallelSize": 2, "expertParallel": True}}, gb200_pool(), "NoPipelineOrContextParallel", id="R9 decode context parallel keeps auto"),
-    pytest.param({"parallelism": {"tensorParallelSize": 2, "prefillContextParallelSize": 2, "expertParallel": True}}, gb200_pool(), "NoPipelineOrContextParallel", id="R9 prefill context parallel keeps auto"),
-    pytest.param({"parallelism": {"tensorParallelSize": 4, "dataParallelSize": 2, "dataParallelSizeLocal": 1, "expertParallel": True}}, gb200_pool(), "LocalDataParallel", id="R10 remote DP keeps auto"),
-    pytest.param({"parallelism": {"tensorParallelSize": 4, "expertParallel": True, "distributedExecutorBackend": "ray"}}, gb200_pool(), "NotRay", id="R11 Ray keeps auto"),
-    pytest.param({"engine": {"speculativeConfig": {"method": "dspark", "num_speculative_tokens": 5}}}, gb200_pool(), "NoSpeculativeDecoding", id="R12 DSpark speculative decoding keeps auto"),
-    pytest.param({"engine": {"enableDbo": True}}, gb200_pool(), "NoMicrobatching", id="R13 DBO keeps auto"),
-    pytest.param({"engine": {"ubatchSize": 2}}, gb200_pool(), "NoMicrobatching", id="R13 ubatch size 2 keeps auto"),
-    pytest.param({}, inventory(node("gb0", agent=agent_labels(fully_connected="false"))), "NVLinkFullyConnected", id="R14 broken NVLink mesh keeps auto"),
-    pytest.param({}, inventory(node("gb0", agent=agent_labels(fully_connected="unknown"))), "NVLinkFullyConnected", id="R14 unknown NVLink keeps auto"),
-    pytest.param({"parallelism": {"tensorParallelSize": 8, "expertParallel": True}}, gb200_pool(), "NVLinkFullyConnected", id="R14 EP group of 8 does not fit a 4-GPU tray"),
-    pytest.param({"replicas": 3}, gb200_pool(2), "MegaMoECapacity", id="capacity SM100 nodes cannot hold all replicas"),
+    pytest.param(
+        {"model": {"name": "deepseek-ai/DeepSeek-V4-Flash"}},
+        gb200_pool(),
+        "ModelArchitecture",
+        id="R2 V4 (not V4.1) keeps auto",
+    ),
+    pytest.param(
+        {"model": {"name": "my/local-ckpt"}},
+        gb200_pool(),
+        "ModelArchitecture",
+        id="R2 unknown checkpoint without facts keeps auto",
+    ),
+    pytest.param(
+        {},
+        inventory(node("h0", "NVIDIA-H200"), node("h1", "NVIDIA-H200")),
+        "GPUArchitecture",
+        id="R3 Hopper-only pool keeps auto",
+    ),
+    pytest.param(
+        {},
+        inventory(node("rtx", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition")),
+        "GPUArchitecture",
+        id="R3 SM120 Blackwell is not SM100",
+    ),
+    pytest.param(
+        {"env": [{"name": "VLLM_USE_DEEP_GEMM", "value": "0"}]},
+        gb200_pool(),
+        "DeepGEMM",
+        id="R4 VLLM_USE_DEEP_GEMM=0 keeps auto",
+    ),
+    pytest.param(
+        {
+            "env": [
+                {
+                    "name": "VLLM_USE_DEEP_GEMM",
+                    "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}},
+                }
+            ]
+        },
+        gb200_pool(),
+        "DeepGEMM",
+        id="R4 DeepGEMM from valueFrom cannot be verified",
+    ),
+    pytest.param(
+        {"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "expertDtype": "fp8"}},
+        gb200_pool(),
+        "ExpertDtype",
+        id="R5 fp8 experts keep auto",
+    ),
+    pytest.param(
+        {"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "scoringFunc": "softmax"}},
+        gb200_pool(),
+        "Routing",
+        id="R6 softmax routing keeps auto",
+    ),
+    pytest.param(
+        {"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "hiddenSize": 5000}},
+        gb200_pool(),
+        "Dimensions",
+        id="R7 hidden size not a multiple of 128",
+    ),
+    pytest.param(
+        {"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "moeIntermediateSize": 2300}},
+        gb200_pool(),
+        "Dimensions",
+        id="R7 intermediate size not a multiple of 128",
+    ),
+    pytest.param(
+        {"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "numRoutedExperts": 382}},
+        gb200_pool(),
+        "Dimensions",
+        id="R7 experts not divisible by EP size",
+    ),
+    pytest.param(
+        {"parallelism": {"tensorParallelSize": 4, "expertParallel": False}},
+        gb200_pool(),
+        "ExpertParallel",
+        id="R8 expert parallel off keeps auto",
+    ),
+    pytest.param(
+        {"parallelism": {"tensorParallelSize": 1, "expertParallel": True}},
+        gb200_pool(),
+        "ExpertParallel",
+        id="R8 EP size 1 is not a local EP group",
+    ),
+    pytest.param(
+        {
+            "parallelism": {
+                "tensorParallelSize": 2,
+                "pipelineParallelSize": 2,
+                "expertParallel": True,
+            }
+        },
+        gb200_pool(),
+        "NoPipelineOrContextParallel",
+        id="R9 pipeline parallel keeps auto",
+    ),
+    pytest.param(
+        {
+            "parallelism": {
+                "tensorParallelSize": 4,
+                "decodeContextParallelSize": 2,
+                "expertParallel": True,
+            }
+        },
+        gb200_pool(),
+        "NoPipelineOrContextParallel",
+        id="R9 decode context parallel keeps auto",
+    ),
+    pytest.param(
+        {
+            "parallelism": {
+                "tensorParallelSize": 2,
+                "prefillContextParallelSize": 2,
+                "expertParallel": True,
+            }
+        },
+        gb200_pool(),
+        "NoPipelineOrContextParallel",
+        id="R9 prefill context parallel keeps auto",
+    ),
+    pytest.param(
+        {
+            "parallelism": {
+                "tensorParallelSize": 4,
+                "dataParallelSize": 2,
+                "dataParallelSizeLocal": 1,
+                "expertParallel": True,
+            }
+        },
+        gb200_pool(),
+        "LocalDataParallel",
+        id="R10 remote DP keeps auto",
+    ),
+    pytest.param(
+        {
+            "parallelism": {
+                "tensorParallelSize": 4,
+                "expertParallel": True,
+                "distributedExecutorBackend": "ray",
+            }
+        },
+        gb200_pool(),
+        "NotRay",
+        id="R11 Ray keeps auto",
+    ),
+    pytest.param(
+        {"engine": {"speculativeConfig": {"method": "dspark", "num_speculative_tokens": 5}}},
+        gb200_pool(),
+        "NoSpeculativeDecoding",
+        id="R12 DSpark speculative decoding keeps auto",
+    ),
+    pytest.param(
+        {"engine": {"enableDbo": True}}, gb200_pool(), "NoMicrobatching", id="R13 DBO keeps auto"
+    ),
+    pytest.param(
+        {"engine": {"ubatchSize": 2}},
+        gb200_pool(),
+        "NoMicrobatching",
+        id="R13 ubatch size 2 keeps auto",
+    ),
+    pytest.param(
+        {},
+        inventory(node("gb0", agent=agent_labels(fully_connected="false"))),
+        "NVLinkFullyConnected",
+        id="R14 broken NVLink mesh keeps auto",
+    ),
+    pytest.param(
+        {},
+        inventory(node("gb0", agent=agent_labels(fully_connected="unknown"))),
+        "NVLinkFullyConnected",
+        id="R14 unknown NVLink keeps auto",
+    ),
+    pytest.param(
+        {"parallelism": {"tensorParallelSize": 8, "expertParallel": True}},
+        gb200_pool(),
+        "NVLinkFullyConnected",
+        id="R14 EP group of 8 does not fit a 4-GPU tray",
+    ),
+    pytest.param(
+        {"replicas": 3},
+        gb200_pool(2),
+        "MegaMoECapacity",
+        id="capacity SM100 nodes cannot hold all replicas",
+    ),
 ]
 
 
@@ -91,7 +251,10 @@ def test_user_facts_make_an_unknown_checkpoint_eligible() -> None:
 
 
 def test_b300_cc_10_3_is_in_the_sm100_family() -> None:
-    res = resolve(spec(), inventory(node("b300", "NVIDIA-B300-SXM6-AC", agent=agent_labels("NVIDIA-B300-SXM6-AC"))))
+    res = resolve(
+        spec(),
+        inventory(node("b300", "NVIDIA-B300-SXM6-AC", agent=agent_labels("NVIDIA-B300-SXM6-AC"))),
+    )
     assert res.moe_backend == "deep_gemm_mega_moe"
 
 
@@ -103,7 +266,9 @@ def test_nvlink_inferred_from_product_says_so() -> None:
 
 
 def test_pcie_product_is_never_inferred_fully_connected() -> None:
-    res = resolve(spec(parallelism={"tensorParallelSize": 2}), inventory(node("h", "NVIDIA-H100-PCIe")))
+    res = resolve(
+        spec(parallelism={"tensorParallelSize": 2}), inventory(node("h", "NVIDIA-H100-PCIe"))
+    )
     assert res.moe_backend == "auto"
 
 
@@ -138,7 +303,11 @@ def test_mixed_pool_keeps_auto_when_gb200_cannot_hold_every_replica() -> None:
 
 def test_node_selector_taints_and_cordons_shape_the_candidate_pool() -> None:
     inv = inventory(
-        node("gb-tainted", agent=agent_labels(), taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
+        node(
+            "gb-tainted",
+            agent=agent_labels(),
+            taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}],
+        ),
         node("gb-cordoned", agent=agent_labels(), unschedulable=True),
         node("gb-other-pool", agent=agent_labels(), labels={"pool": "b"}),
         node("h-pool-a", "NVIDIA-H200", labels={"pool": "a"}),
@@ -152,7 +321,9 @@ def test_node_selector_taints_and_cordons_shape_the_candidate_pool() -> None:
 
 
 def test_nodes_with_too_few_allocatable_gpus_are_not_eligible() -> None:
-    inv = inventory(node("gb-busy", agent=agent_labels(), allocatable=2), node("gb-free", agent=agent_labels()))
+    inv = inventory(
+        node("gb-busy", agent=agent_labels(), allocatable=2), node("gb-free", agent=agent_labels())
+    )
     res = resolve(spec(), inv)
     assert res.eligible_nodes == ("gb-free",)
     assert "2 allocatable nvidia.com/gpu < 4" in res.placement.message
@@ -168,7 +339,11 @@ def test_empty_pool_is_not_placeable() -> None:
 # --- explicit backends are preserved -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", [b for b in MOE_BACKENDS if b != "auto"], ids=lambda b: f"explicit {b} is rendered verbatim")
+@pytest.mark.parametrize(
+    "backend",
+    [b for b in MOE_BACKENDS if b != "auto"],
+    ids=lambda b: f"explicit {b} is rendered verbatim",
+)
 def test_every_explicit_backend_is_preserved(backend: str) -> None:
     res = resolve(spec(moeBackend=backend), gb200_pool())
     assert res.moe_backend == backend
@@ -197,7 +372,10 @@ def test_explicit_mega_moe_in_a_mixed_pool_is_pinned_to_sm100_nodes() -> None:
 
 
 def test_explicit_mega_moe_with_fp8_experts_is_unrunnable_anywhere() -> None:
-    res = resolve(spec(model={"name": "deepseek-ai/DeepSeek-V4-Flash-Base"}, moeBackend="deep_gemm_mega_moe"), gb200_pool())
+    res = resolve(
+        spec(model={"name": "deepseek-ai/DeepSeek-V4-Flash-Base"}, moeBackend="deep_gemm_mega_moe"),
+        gb200_pool(),
+    )
     assert not res.backend_runnable
     assert res.reason == "ExpertDtypeFailed"
     assert "only supports fp4 experts" in res.message
@@ -221,7 +399,13 @@ def test_flashinfer_moe_ep_backends_are_deepseek_v4_only() -> None:
     res = resolve(spec(moeBackend="flashinfer_moe_ep_mega_deep_gemm"), gb200_pool())
     assert not res.backend_runnable
     assert res.reason == "FlashInferArchitectureFailed"
-    ok = resolve(spec(model={"name": "deepseek-ai/DeepSeek-V4-Pro"}, moeBackend="flashinfer_moe_ep_mega_deep_gemm"), gb200_pool())
+    ok = resolve(
+        spec(
+            model={"name": "deepseek-ai/DeepSeek-V4-Pro"},
+            moeBackend="flashinfer_moe_ep_mega_deep_gemm",
+        ),
+        gb200_pool(),
+    )
     assert ok.backend_runnable
 
 
@@ -242,14 +426,25 @@ SP_TABLE = [
     pytest.param(1, True, 4, 1, "auto", False, id="TP4 DP1 auto is the gap: SP off"),
     pytest.param(1, True, 4, 1, "flashinfer_trtllm", False, id="TP4 DP1 non-mega SP off"),
     pytest.param(1, True, 4, 1, "deep_gemm_mega_moe", True, id="TP4 DP1 mega SP on"),
-    pytest.param(1, True, 4, 1, "flashinfer_moe_ep_mega_cutedsl", True, id="TP4 DP1 FlashInfer mega SP on"),
+    pytest.param(
+        1, True, 4, 1, "flashinfer_moe_ep_mega_cutedsl", True, id="TP4 DP1 FlashInfer mega SP on"
+    ),
     pytest.param(1, True, 2, 2, "auto", True, id="TP2 DP2 any backend SP on"),
 ]
 
 
 @pytest.mark.parametrize(("pp", "ep", "tp", "dp", "backend", "expected"), SP_TABLE)
-def test_sequence_parallel_truth_table(pp: int, ep: bool, tp: int, dp: int, backend: str, expected: bool) -> None:
-    s = spec(parallelism={"tensorParallelSize": tp, "pipelineParallelSize": pp, "dataParallelSize": dp, "expertParallel": ep})
+def test_sequence_parallel_truth_table(
+    pp: int, ep: bool, tp: int, dp: int, backend: str, expected: bool
+) -> None:
+    s = spec(
+        parallelism={
+            "tensorParallelSize": tp,
+            "pipelineParallelSize": pp,
+            "dataParallelSize": dp,
+            "expertParallel": ep,
+        }
+    )
     assert sequence_parallel(s, backend) is expected
 
 
@@ -257,7 +452,11 @@ def test_sequence_parallel_truth_table(pp: int, ep: bool, tp: int, dp: int, back
 
 
 def test_node_churn_keeps_a_running_mega_moe_decision_while_eligible_nodes_remain() -> None:
-    inv = inventory(node("gb0", agent=agent_labels(fully_connected="false")), node("gb1", agent=agent_labels()), node("h0", "NVIDIA-H200"))
+    inv = inventory(
+        node("gb0", agent=agent_labels(fully_connected="false")),
+        node("gb1", agent=agent_labels()),
+        node("h0", "NVIDIA-H200"),
+    )
     previous = PreviousDecision("deep_gemm_mega_moe", "MegaMoESelected")
     res = resolve(spec(replicas=2), inv, previous)  # fresh decision would keep auto (capacity)
     assert res.moe_backend == "deep_gemm_mega_moe"
@@ -267,7 +466,9 @@ def test_node_churn_keeps_a_running_mega_moe_decision_while_eligible_nodes_remai
 
 
 def test_node_churn_changes_the_decision_when_no_eligible_node_is_left() -> None:
-    inv = inventory(node("gb0", agent=agent_labels(fully_connected="false")), node("h0", "NVIDIA-H200"))
+    inv = inventory(
+        node("gb0", agent=agent_labels(fully_connected="false")), node("h0", "NVIDIA-H200")
+    )
     res = resolve(spec(), inv, PreviousDecision("deep_gemm_mega_moe", "MegaMoESelected"))
     assert res.moe_backend == "auto"
     assert "no eligible node left" in res.message

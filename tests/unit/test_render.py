@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+from tests.unit.factories import gb200_pool, inventory, node, spec
+
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.engine.resolve import resolve
 from deepseek_operator.render.argv import vllm_args
 from deepseek_operator.render.status import build_status, status_dict
 from deepseek_operator.render.workload import render_objects
-from tests.unit.factories import gb200_pool, inventory, node, spec
 
 SEED_ENGINE = {
     "maxModelLen": 1048576,
@@ -27,11 +28,20 @@ SEED_ENGINE = {
 
 
 def _obj(**overrides: object) -> ServingObject:
-    return ServingObject(name="dsv41", namespace="llm", spec=spec(**overrides), generation=3, uid="u-1")
+    return ServingObject(
+        name="dsv41", namespace="llm", spec=spec(**overrides), generation=3, uid="u-1"
+    )
 
 
 def test_argv_snapshot_in_fixed_order_with_explicit_moe_backend_and_extra_args_last() -> None:
-    s = spec(model={"name": "deepseek-ai/DeepSeek-V4.1-Flash", "revision": "abc", "servedModelName": "dsv41"}, engine=SEED_ENGINE)
+    s = spec(
+        model={
+            "name": "deepseek-ai/DeepSeek-V4.1-Flash",
+            "revision": "abc",
+            "servedModelName": "dsv41",
+        },
+        engine=SEED_ENGINE,
+    )
     res = resolve(s, gb200_pool())
     assert vllm_args(s, res) == [
         "deepseek-ai/DeepSeek-V4.1-Flash",
@@ -70,16 +80,32 @@ def test_deployment_pod_template_for_mega_moe() -> None:
     assert container["args"][container["args"].index("--moe-backend") + 1] == "deep_gemm_mega_moe"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert container["startupProbe"]["httpGet"]["path"] == "/health"
-    assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 3600
+    assert (
+        container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"]
+        >= 3600
+    )
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert any(
-        {"key": "gpu.deepseek-operator.io/nvlink.fully-connected", "operator": "In", "values": ["true"]} in t["matchExpressions"]
+        {
+            "key": "gpu.deepseek-operator.io/nvlink.fully-connected",
+            "operator": "In",
+            "values": ["true"],
+        }
+        in t["matchExpressions"]
         for t in terms
     )
     assert service["spec"]["ports"][0]["port"] == 8000
-    assert deploy["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
-    assert service["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        deploy["spec"]["selector"]["matchLabels"].items()
+        <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert (
+        service["spec"]["selector"].items()
+        <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_kept_auto_has_no_gpu_affinity_and_user_resources_are_kept() -> None:
@@ -89,23 +115,56 @@ def test_kept_auto_has_no_gpu_affinity_and_user_resources_are_kept() -> None:
     pod = deploy["spec"]["template"]["spec"]
     assert "affinity" not in pod
     assert pod["nodeSelector"] == {"pool": "a"}
-    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "16", "memory": "256Gi", "nvidia.com/gpu": "4"}
+    assert pod["containers"][0]["resources"]["requests"] == {
+        "cpu": "16",
+        "memory": "256Gi",
+        "nvidia.com/gpu": "4",
+    }
 
 
 def test_unrunnable_explicit_backend_pins_pods_to_no_node() -> None:
     obj = _obj(moeBackend="deep_gemm_mega_moe")
     res = resolve(obj.spec, inventory(node("h0", "NVIDIA-H200")))
     pod = render_objects(obj, res)[0]["spec"]["template"]["spec"]
-    exprs = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    exprs = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert exprs == [
-        {"matchExpressions": [{"key": "gpu.deepseek-operator.io/sm-family", "operator": "In", "values": ["sm100"]}]},
-        {"matchExpressions": [{"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"}, {"key": "nvidia.com/gpu.compute.major", "operator": "In", "values": ["10"]}]},
-        {"matchExpressions": [{"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"}, {"key": "nvidia.com/gpu.compute.major", "operator": "DoesNotExist"}, {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-GB200", "NVIDIA-B200", "NVIDIA-GB300", "NVIDIA-B300-SXM6-AC"]}]},
+        {
+            "matchExpressions": [
+                {"key": "gpu.deepseek-operator.io/sm-family", "operator": "In", "values": ["sm100"]}
+            ]
+        },
+        {
+            "matchExpressions": [
+                {"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"},
+                {"key": "nvidia.com/gpu.compute.major", "operator": "In", "values": ["10"]},
+            ]
+        },
+        {
+            "matchExpressions": [
+                {"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"},
+                {"key": "nvidia.com/gpu.compute.major", "operator": "DoesNotExist"},
+                {
+                    "key": "nvidia.com/gpu.product",
+                    "operator": "In",
+                    "values": [
+                        "NVIDIA-GB200",
+                        "NVIDIA-B200",
+                        "NVIDIA-GB300",
+                        "NVIDIA-B300-SXM6-AC",
+                    ],
+                },
+            ]
+        },
     ]
 
 
 def test_multi_pod_replicas_render_head_and_headless_workers() -> None:
-    obj = _obj(replicas=2, parallelism={"tensorParallelSize": 4, "dataParallelSize": 4, "dataParallelSizeLocal": 2})
+    obj = _obj(
+        replicas=2,
+        parallelism={"tensorParallelSize": 4, "dataParallelSize": 4, "dataParallelSizeLocal": 2},
+    )
     res = resolve(obj.spec, inventory(*(node(f"b{i}", "NVIDIA-B200") for i in range(4))))
     assert res.pods_per_replica == 2 and res.gpus_per_pod == 8
     objects = render_objects(obj, res)
@@ -125,13 +184,34 @@ def test_status_conditions_and_stable_transition_times() -> None:
     first = build_status(res, generation=3, ready_replicas=0, now="2026-01-01T00:00:00Z")
     doc = status_dict(first)
     conds = {c["type"]: c for c in doc["conditions"]}
-    assert conds["BackendResolved"]["status"] == "True" and conds["BackendResolved"]["reason"] == "MegaMoESelected"
+    assert (
+        conds["BackendResolved"]["status"] == "True"
+        and conds["BackendResolved"]["reason"] == "MegaMoESelected"
+    )
     assert conds["Placeable"]["status"] == "True"
     assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "ReplicasNotReady"
     assert all(c["observedGeneration"] == 3 for c in doc["conditions"])
-    assert doc["resolved"] == {"moeBackend": "deep_gemm_mega_moe", "sequenceParallel": True, "expertParallelSize": 4, "gpusPerPod": 4, "podsPerReplica": 1, "eligibleNodes": 4}
-    second = status_dict(build_status(res, generation=3, ready_replicas=1, now="2026-01-01T01:00:00Z", previous_conditions=doc["conditions"]))
+    assert doc["resolved"] == {
+        "moeBackend": "deep_gemm_mega_moe",
+        "sequenceParallel": True,
+        "expertParallelSize": 4,
+        "gpusPerPod": 4,
+        "podsPerReplica": 1,
+        "eligibleNodes": 4,
+    }
+    second = status_dict(
+        build_status(
+            res,
+            generation=3,
+            ready_replicas=1,
+            now="2026-01-01T01:00:00Z",
+            previous_conditions=doc["conditions"],
+        )
+    )
     conds2 = {c["type"]: c for c in second["conditions"]}
     assert conds2["BackendResolved"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
-    assert conds2["Ready"]["status"] == "True" and conds2["Ready"]["lastTransitionTime"] == "2026-01-01T01:00:00Z"
+    assert (
+        conds2["Ready"]["status"] == "True"
+        and conds2["Ready"]["lastTransitionTime"] == "2026-01-01T01:00:00Z"
+    )
     json.dumps(second)

@@ -7,11 +7,17 @@ import pathlib
 
 import pytest
 import yaml
+from tests.unit.factories import agent_labels, node
 
 from deepseek_operator.engine.placement import NodeRequirement, Requirement
 from deepseek_operator.render.affinity import affinity_terms, node_matches
-from deepseek_operator.topology.inventory import SOURCE_AGENT, SOURCE_GFD, SOURCE_PRODUCT, build_inventory, node_facts
-from tests.unit.factories import agent_labels, node
+from deepseek_operator.topology.inventory import (
+    SOURCE_AGENT,
+    SOURCE_GFD,
+    SOURCE_PRODUCT,
+    build_inventory,
+    node_facts,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -36,12 +42,22 @@ def test_product_only_labels_from_old_gfd_still_give_the_compute_capability() ->
 
 
 def test_blackwell_family_label_is_never_used_for_sm100() -> None:
-    facts = node_facts(node("rtx", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", labels={"nvidia.com/gpu.family": "blackwell"}))
+    facts = node_facts(
+        node(
+            "rtx",
+            "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+            labels={"nvidia.com/gpu.family": "blackwell"},
+        )
+    )
     assert not facts.is_sm100 and facts.cc == (12, 0)
 
 
 def test_the_example_node_snapshots_parse() -> None:
-    for name, expected_sm100 in (("nodes-gb200.yaml", 4), ("nodes-h200.yaml", 0), ("nodes-mixed.yaml", 2)):
+    for name, expected_sm100 in (
+        ("nodes-gb200.yaml", 4),
+        ("nodes-h200.yaml", 0),
+        ("nodes-mixed.yaml", 2),
+    ):
         doc = yaml.safe_load((ROOT / "examples" / name).read_text())
         inv = build_inventory(doc["items"])
         assert sum(n.is_sm100 for n in inv.nodes) == expected_sm100
@@ -58,13 +74,22 @@ def test_milli_quantities_and_not_ready_nodes() -> None:
 # Every combination of the labels the decision reads, to prove affinity == engine.
 AGENT_FAMILY = [None, "sm100", "sm90", "sm120"]
 GFD_MAJOR = [None, "10", "9", "12"]
-PRODUCT = [None, "NVIDIA-GB200", "NVIDIA-B300-SXM6-AC", "NVIDIA-H200", "NVIDIA-H100-PCIe", "NVIDIA-GB200-SHARED"]
+PRODUCT = [
+    None,
+    "NVIDIA-GB200",
+    "NVIDIA-B300-SXM6-AC",
+    "NVIDIA-H200",
+    "NVIDIA-H100-PCIe",
+    "NVIDIA-GB200-SHARED",
+]
 NVLINK = [None, "true", "false", "unknown"]
 
 
 def _label_sets() -> list[dict[str, str]]:
     out = []
-    for family, major, product, nvlink in itertools.product(AGENT_FAMILY, GFD_MAJOR, PRODUCT, NVLINK):
+    for family, major, product, nvlink in itertools.product(
+        AGENT_FAMILY, GFD_MAJOR, PRODUCT, NVLINK
+    ):
         labels: dict[str, str] = {}
         if family:
             labels["gpu.deepseek-operator.io/sm-family"] = family
@@ -80,7 +105,13 @@ def _label_sets() -> list[dict[str, str]]:
 
 @pytest.mark.parametrize(
     "requirement",
-    [NodeRequirement(Requirement.MEGA_MOE), NodeRequirement(Requirement.SM100), NodeRequirement(Requirement.CC_AT_LEAST_10), NodeRequirement(Requirement.ANY_GPU), NodeRequirement(Requirement.NONE, "X")],
+    [
+        NodeRequirement(Requirement.MEGA_MOE),
+        NodeRequirement(Requirement.SM100),
+        NodeRequirement(Requirement.CC_AT_LEAST_10),
+        NodeRequirement(Requirement.ANY_GPU),
+        NodeRequirement(Requirement.NONE, "X"),
+    ],
     ids=lambda r: f"affinity for {r.kind.value} admits exactly the engine's nodes",
 )
 def test_affinity_admits_exactly_the_nodes_the_engine_admits(requirement: NodeRequirement) -> None:

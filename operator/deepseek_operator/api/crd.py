@@ -99,6 +99,11 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
                 out[key] = _inline(value, defs)
         else:
             out[key] = _inline(value, defs)
+    # JSON Schema's numeric exclusive bounds are booleans beside minimum/maximum in OpenAPI v3.
+    for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if flag in out and not isinstance(out[flag], bool):
+            out[bound] = out[flag]
+            out[flag] = True
     if (
         out.get("type") == "object"
         and "properties" not in out

@@ -98,6 +98,11 @@ def _cel_list(values: tuple[str, ...] | frozenset[str]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in ordered) + "]"
 
 
+def _cel_set(values: tuple[str, ...]) -> str:
+    """A CEL map literal used as a set: ``x in {...}`` costs O(1), a list costs O(n)."""
+    return "{" + ", ".join(f"'{v}': true" for v in values) + "}"
+
+
 _NORMALIZED_BACKEND = "self.moeBackend.lowerAscii().replace('-', '_')"
 
 
@@ -154,21 +159,21 @@ def _no_gpu_in_resources(spec: DeepSeekServingSpec) -> bool:
 
 
 def _flag_name(arg: str) -> str:
+    # vLLM's parser treats '_' and '-' in flag names alike.
     return arg.split("=")[0].replace("_", "-")
 
 
+def _owns(arg: str) -> bool:
+    # Any mention of moe_backend (e.g. --kernel-config moe_backend=...) would override too.
+    return _flag_name(arg) in OWNED_FLAGS or "moe_backend" in arg or "moe-backend" in arg
+
+
 def _no_owned_flags(spec: DeepSeekServingSpec) -> bool:
-    return all(
-        _flag_name(a) not in OWNED_FLAGS and "moe_backend" not in a and "moe-backend" not in a
-        for a in spec.engine.extra_args
-    )
+    return not any(_owns(a) for a in spec.engine.extra_args)
 
 
 def _first_owned_flag(spec: DeepSeekServingSpec) -> str:
-    for a in spec.engine.extra_args:
-        if _flag_name(a) in OWNED_FLAGS or "moe_backend" in a or "moe-backend" in a:
-            return a
-    return ""
+    return next((a for a in spec.engine.extra_args if _owns(a)), "")
 
 
 SPEC_RULES: tuple[SpecRule, ...] = (
@@ -277,7 +282,7 @@ SPEC_RULES: tuple[SpecRule, ...] = (
         field_path=".extraArgs",
         cel=(
             "!has(self.extraArgs) || self.extraArgs.all(a, "
-            f"!(a.split('=')[0].replace('_', '-') in {_cel_list(OWNED_FLAGS)}) && "
+            f"!(a.split('=')[0].replace('_', '-') in {_cel_set(OWNED_FLAGS)}) && "
             "!a.contains('moe_backend') && !a.contains('moe-backend'))"
         ),
         message=(

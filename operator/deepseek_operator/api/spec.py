@@ -8,7 +8,7 @@ validator, and the same rules run in the API server as CEL.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -144,7 +144,9 @@ class EngineSpec(ApiModel):
     ubatch_size: int = Field(default=0, ge=0)
     """--ubatch-size: microbatch count; values above 1 turn microbatching on."""
 
-    extra_args: list[str] = Field(default_factory=list, max_length=128)
+    extra_args: list[Annotated[str, Field(max_length=512)]] = Field(
+        default_factory=list, max_length=64
+    )
     """Arguments appended verbatim after every rendered flag. They must not repeat a flag rendered from a typed field."""
 
 

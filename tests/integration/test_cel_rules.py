@@ -1,0 +1,94 @@
+"""The CRD's CEL rules and their pydantic twins refuse the same CRs with the same message."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from deepseek_operator.api.rules import SPEC_RULES
+from k8s.cluster import ControlPlane, wait_for
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "crds" / "serving.deepseek-operator.io_deepseekservings.yaml"
+INVALID = sorted((REPO / "tests/fixtures/invalid").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def crd_installed(control_plane: ControlPlane) -> ControlPlane:
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    control_plane.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/deepseekservings.serving.deepseek-operator.io",
+    )
+    wait_for(
+        lambda: control_plane.kubectl("get", "dss", "-A", check=False).returncode == 0,
+        timeout=30,
+        what="dss discovery",
+    )
+    return control_plane
+
+
+def _rule_for(path: pathlib.Path) -> str:
+    return path.read_text().splitlines()[0].removeprefix("# rule: ").strip()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "path", INVALID, ids=lambda p: f"{p.stem} refused by the API server and by render alike"
+)
+def test_api_server_and_render_refuse_with_the_same_message(
+    crd_installed: ControlPlane, namespace: str, path: pathlib.Path
+) -> None:
+    rule = next(r for r in SPEC_RULES if r.name == _rule_for(path))
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"]["namespace"] = namespace
+    server = crd_installed.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(doc), check=False
+    )
+    assert server.returncode != 0, f"API server accepted {path.name}"
+    assert rule.message in server.stderr, server.stderr
+    assert rule.full_path in server.stderr
+    offline = subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert offline.returncode == 1
+    assert rule.message in offline.stderr
+    assert rule.full_path in offline.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "example",
+    ["dsv41-flash-gb200.yaml", "dsv41-flash-dspark.yaml"],
+    ids=lambda e: f"{e} is accepted by the API server",
+)
+def test_examples_are_accepted_and_defaulted(
+    crd_installed: ControlPlane, namespace: str, example: str
+) -> None:
+    doc = yaml.safe_load((REPO / "examples" / example).read_text())
+    doc["metadata"]["namespace"] = namespace
+    out = crd_installed.kubectl(
+        "apply", "--dry-run=server", "-o", "yaml", "-f", "-", input=yaml.safe_dump(doc)
+    )
+    stored = yaml.safe_load(out.stdout)
+    assert stored["spec"]["parallelism"]["pipelineParallelSize"] == 1  # server-side default
+    assert stored["spec"]["gpuResourceName"] == "nvidia.com/gpu"
+
+
+@pytest.mark.integration
+def test_case_and_dash_spelling_of_a_backend_is_accepted(
+    crd_installed: ControlPlane, namespace: str
+) -> None:
+    doc = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
+    doc["metadata"]["namespace"] = namespace
+    doc["spec"]["moeBackend"] = "Deep-GEMM-Mega-MoE"
+    crd_installed.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(doc))
