@@ -29,21 +29,28 @@ def test_apiserver_version_and_rbac_on(control_plane: ControlPlane) -> None:
 
 
 @pytest.mark.integration
-def test_serviceaccount_token_authenticates(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
+def test_serviceaccount_token_authenticates_with_node_name_extra(
+    control_plane: ControlPlane, namespace: str, node_factory, tmp_path: Path
 ) -> None:
+    node = unique_name("sa-node")
+    node_factory(make_gpu_node(node))
     control_plane.kubectl("create", "serviceaccount", "probe", "-n", namespace)
-    token = control_plane.create_token(namespace, "probe")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "agent", "namespace": namespace},
+        "spec": {
+            "serviceAccountName": "probe",
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "example.invalid/agent:test"}],
+        },
+    }
+    control_plane.apply(pod)
+    token = control_plane.create_token(namespace, "probe", bound_object=("Pod", "agent"))
     kubeconfig = control_plane.kubeconfig_for_token(token, tmp_path / "probe.kubeconfig")
+    kubectl = str(control_plane.bin_dir / "kubectl")
     whoami = subprocess.run(
-        [
-            str(control_plane.bin_dir / "kubectl"),
-            f"--kubeconfig={kubeconfig}",
-            "auth",
-            "whoami",
-            "-o",
-            "json",
-        ],
+        [kubectl, f"--kubeconfig={kubeconfig}", "auth", "whoami", "-o", "json"],
         capture_output=True,
         text=True,
         check=True,
@@ -51,6 +58,14 @@ def test_serviceaccount_token_authenticates(
     )
     user = json.loads(whoami.stdout)["status"]["userInfo"]
     assert user["username"] == f"system:serviceaccount:{namespace}:probe"
+    # What a ValidatingAdmissionPolicy sees as request.userInfo.extra for the node agent.
+    assert user["extra"]["authentication.kubernetes.io/node-name"] == [node]
+    # The same token through the Python client.
+    from kubernetes import client
+
+    with control_plane.api_client(token=token) as api:
+        review = client.AuthenticationV1Api(api).create_self_subject_review({})
+    assert review.status.user_info.username == user["username"]
 
 
 @pytest.mark.integration

@@ -664,7 +664,7 @@ class ControlPlane:
         """Create namespace *name* plus its ``default`` ServiceAccount (no-op if KCM made it)."""
         self.kubectl("create", "namespace", name)
         sa = self.kubectl("create", "serviceaccount", "default", "-n", name, check=False)
-        if sa.returncode != 0 and "AlreadyExists" not in sa.stderr:
+        if sa.returncode != 0 and "already exists" not in sa.stderr:
             raise KubectlError(sa.returncode, sa.args, sa.stdout, sa.stderr)
         return name
 
@@ -673,21 +673,18 @@ class ControlPlane:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
     def create_node(self, node: Mapping[str, Any], *, wait_ready: bool | None = None) -> Any:
-        """Create a Node, then set its ``status`` through the status subresource.
+        """Create a Node and (again) set its ``status`` through the status subresource.
 
-        With *wait_ready* (default: when kwok runs) wait until its Ready condition is True.
-        Returns the Node as a dict.
+        The API server keeps a Node's status on create, and the ``/status`` patch makes sure of
+        it even if kwok initialised the Node in between (kwok keeps the values it finds). With
+        *wait_ready* (default: when kwok runs) wait until its Ready condition is True. Returns
+        the Node as a dict.
         """
-        from kubernetes import client
-
-        body = dict(node)
-        status = body.pop("status", None)
-        with self.api_client() as api:
-            core = client.CoreV1Api(api)
-            core.create_node(body)
-            name = body["metadata"]["name"]
-            if status:
-                core.patch_node_status(name, {"status": status})
+        name = node["metadata"]["name"]
+        self.kubectl("create", "-f", "-", input=node)
+        if node.get("status"):
+            patch = json.dumps({"status": node["status"]})
+            self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", patch)
         if wait_ready is None:
             wait_ready = self.full
         if wait_ready:
@@ -785,6 +782,7 @@ def make_gpu_node(
     for key, value in (agent_labels or {}).items():
         labels[key if key.startswith(AGENT_PREFIX) else AGENT_PREFIX + key] = str(value)
     labels.update({k: str(v) for k, v in (extra_labels or {}).items()})
+    arch = labels["kubernetes.io/arch"]
     alloc = count if allocatable_gpus is None else allocatable_gpus
     resources = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
     return {
@@ -797,6 +795,7 @@ def make_gpu_node(
         },
         "spec": {"taints": [dict(t) for t in taints]} if taints else {},
         "status": {
+            "nodeInfo": {"architecture": arch, "operatingSystem": "linux"},
             "capacity": {**resources, "nvidia.com/gpu": str(count)},
             "allocatable": {**resources, "nvidia.com/gpu": str(alloc)},
         },
