@@ -21,6 +21,9 @@ CACHE="${DSO_CACHE:-${HOME}/.cache/deepseek-operator}"
 BIN="${CACHE}/bin"
 WORK="${CACHE}/build"
 mkdir -p "${BIN}" "${WORK}"
+# One build at a time per cache (concurrent sessions would share the wrapper directories).
+exec 9>"${CACHE}/.build.lock"
+flock 9
 
 export GOTOOLCHAIN=local
 export CGO_ENABLED=0
@@ -82,7 +85,8 @@ build_kubernetes() {
     # replace each with the published v0.<minor>.<patch>, derived from upstream's own go.mod.
     local gomod
     gomod="$("${GO}" mod download -json "k8s.io/kubernetes@${k}" \
-      | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+      | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+    [[ -f "${gomod}" ]] || { echo "error: cannot download go.mod of k8s.io/kubernetes@${k}" >&2; exit 1; }
     local staging
     staging="$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "${gomod}")"
     [[ -n "${staging}" ]] || { echo "error: no staging replaces found in ${gomod}" >&2; exit 1; }

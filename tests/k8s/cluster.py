@@ -62,6 +62,7 @@ SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 APISERVER_READY_TIMEOUT = 90.0
 COMPONENT_READY_TIMEOUT = 90.0
 STOP_GRACE = 10.0
+START_ATTEMPTS = 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,8 +132,8 @@ def wait_for(
 ) -> T:
     """Poll *predicate* until it returns a truthy value and return that value.
 
-    Exceptions raised by *predicate* count as "not yet", except :class:`ComponentExited`. On timeout an ``AssertionError`` names
-    *what* and the last exception seen.
+    Exceptions raised by *predicate* count as "not yet", except :class:`ComponentExited`. On
+    timeout an ``AssertionError`` names *what* and the last exception seen.
     """
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -457,6 +458,21 @@ class ControlPlane:
         """Also start kube-controller-manager, kube-scheduler and kwok, and wait for them."""
         if self.full:
             return
+        core = len(self.components)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_full_once()
+                return
+            except Exception:
+                for c in self.components[core:]:
+                    c.stop()
+                if attempt == START_ATTEMPTS:
+                    raise
+                for c in self.components[core:]:
+                    c.log_path.rename(c.log_path.with_suffix(f".attempt{attempt}.log"))
+                del self.components[core:]
+
+    def _start_full_once(self) -> None:
         kcm_port, sched_port, kwok_port = free_port(), free_port(), free_port()
         kc = str(self.kubeconfig)
         common = [
@@ -819,18 +835,36 @@ atexit.register(_stop_all)
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """Session-wide etcd + kube-apiserver; yields a :class:`ControlPlane`."""
+    """Session-wide etcd + kube-apiserver; yields a :class:`ControlPlane`.
+
+    While it runs, ``os.environ["KUBECONFIG"]`` points at its admin kubeconfig, so nothing in the
+    test process (kopf included) can reach a developer's real cluster by default.
+    """
     bin_dir = require_binaries(CORE_BINARIES)
-    cp = ControlPlane(bin_dir=bin_dir, work_dir=tmp_path_factory.mktemp("control-plane"))
-    _ACTIVE.append(cp)
+    errors: list[str] = []
+    for attempt in range(1, START_ATTEMPTS + 1):  # a free port can be taken before we bind it
+        cp = ControlPlane(bin_dir=bin_dir, work_dir=tmp_path_factory.mktemp("control-plane"))
+        _ACTIVE.append(cp)
+        try:
+            cp.start()
+            break
+        except Exception as exc:
+            errors.append(f"attempt {attempt}: {exc}\n{cp.log_tails(60)}")
+            cp.stop()
+            _ACTIVE.remove(cp)
+    else:
+        pytest.fail("control plane failed to start:\n" + "\n".join(errors), pytrace=False)
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(cp.kubeconfig)
     try:
-        cp.start()
-    except Exception as exc:
+        yield cp
+    finally:
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
         cp.stop()
-        pytest.fail(f"control plane failed to start: {exc}\n{cp.log_tails(60)}", pytrace=False)
-    yield cp
-    cp.stop()
-    _ACTIVE.remove(cp)
+        _ACTIVE.remove(cp)
 
 
 @pytest.fixture(scope="session")
