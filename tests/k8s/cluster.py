@@ -195,8 +195,8 @@ def generate_pki(directory: Path) -> dict[str, Path]:
         ["IP:127.0.0.1", "IP:10.0.0.1", "DNS:localhost", "DNS:kubernetes"]
         + [f"DNS:kubernetes.default{s}" for s in ("", ".svc", ".svc.cluster.local")]
     )
-    _issue(d, "apiserver", "ca", "/CN=kube-apiserver",
-           f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n")  # fmt: skip
+    server_ext = f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n"
+    _issue(d, "apiserver", "ca", "/CN=kube-apiserver", server_ext)
     # Request-header (front proxy) authentication, which controller-manager and scheduler
     # read from kube-system/extension-apiserver-authentication.
     _make_ca(d, "front-proxy-ca", "deepseek-operator-test-front-proxy-ca")
