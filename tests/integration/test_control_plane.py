@@ -80,13 +80,15 @@ def test_crd_installs_and_explains_moe_backend(control_plane: ControlPlane) -> N
         timeout=30,
         what="deepseekservings in discovery",
     )
+    # kubectl explain reads the published OpenAPI v3 document, which lags a little further.
     explain = wait_for(
-        lambda: control_plane.kubectl("explain", "deepseekserving.spec.moeBackend", check=False),
+        lambda: (
+            control_plane.kubectl("explain", "deepseekserving.spec.moeBackend", check=False).stdout
+        ),
         timeout=30,
-        what="kubectl explain",
+        what="kubectl explain deepseekserving.spec.moeBackend",
     )
-    assert explain.returncode == 0, explain.stderr
-    assert "MoE" in explain.stdout
+    assert "MoE" in explain
 
 
 NVLINK_LABEL = "gpu.deepseek-operator.io/nvlink.fully-connected"
