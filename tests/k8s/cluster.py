@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -264,6 +265,12 @@ class KubectlError(subprocess.CalledProcessError):
 # --------------------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM it if pytest dies without tearing down (kill -9)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 @dataclass
 class Component:
     """One running control-plane process with its log file."""
@@ -287,6 +294,7 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
 
     @property
