@@ -28,3 +28,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
     """Attach control-plane component log tails to failed tests that used the cluster."""
     outcome = yield
     attach_logs_on_failure(item, outcome.get_result())
+
+
+# --- the operator as a subprocess (tests/k8s/operator.py) --------------------------------------
+from k8s.operator import crds, operator  # noqa: E402, F401

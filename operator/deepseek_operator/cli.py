@@ -41,9 +41,15 @@ def _build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("--namespace", action="append", default=[], help="watch only this namespace")
     run.add_argument("--standalone", action="store_true", help="no peering (single replica)")
-    run.add_argument("--peering", default="deepseek-operator", help="kopf peering object name")
-    run.add_argument("--health-port", type=int, default=8080)
-    run.add_argument("--metrics-port", type=int, default=9090)
+    run.add_argument("--peering", default="deepseek-operator", help="ClusterKopfPeering name (HA)")
+    run.add_argument(
+        "--priority", type=int, default=None, help="peering priority (default: random)"
+    )
+    run.add_argument("--health-address", default="0.0.0.0", help="bind address of /healthz")
+    run.add_argument("--health-port", type=int, default=8080, help="port of /healthz")
+    run.add_argument("--metrics-address", default="0.0.0.0", help="bind address of /metrics")
+    run.add_argument("--metrics-port", type=int, default=9090, help="port of Prometheus /metrics")
+    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
     agent = sub.add_parser("agent", help="run the node agent (NVML → node labels)")
     agent.add_argument("--node-name", help="this Node's name (default: $NODE_NAME)")

@@ -84,10 +84,10 @@ def _cluster_nodes() -> list[dict[str, Any]]:
     try:
         from kubernetes import client, config
 
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]
         api = client.CoreV1Api()
         raw = api.list_node(_preload_content=False)
-        return list(json.loads(raw.data)["items"])
+        return list(json.loads(raw.data)["items"])  # type: ignore[attr-defined]
     except Exception as exc:
         raise InputError(f"--from-cluster: cannot list Nodes: {exc}".splitlines()[0]) from None
 
@@ -135,7 +135,7 @@ def _text(
         lines.append(f"  {c.type:<15}  {c.status:<6}  {c.reason:<20}  {c.message}")
     lines.append("")
     lines.append("  objects: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))
-    args = next(
+    args: list[str] = next(
         (
             o["spec"]["template"]["spec"]["containers"][0]["args"]
             for o in objects

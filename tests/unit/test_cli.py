@@ -145,11 +145,11 @@ def test_crds_command_prints_the_checked_in_crd() -> None:
 
 def test_render_does_not_import_kopf_or_the_kubernetes_client() -> None:
     code = (
-        "import sys, runpy; sys.argv=['x','render','-f',%r,'-o','json'];"
+        f"import sys, runpy; sys.argv=['x','render','-f',{SEED!r},'-o','json'];"
         "import contextlib, io\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    from deepseek_operator.cli import main; main(sys.argv[1:])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kopf','kubernetes','pynvml')))"
-    ) % SEED
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr

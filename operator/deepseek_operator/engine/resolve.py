@@ -76,6 +76,7 @@ class PreviousDecision:
 
     moe_backend: str
     reason: str
+    serving: bool = False  # some replica of it is ready: changing it would restart live pods
 
 
 @dataclass(frozen=True)
@@ -400,6 +401,12 @@ def _names(names: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def _not_eligible_note(sm100: Sequence[NodeFacts], placement: Placement) -> str:
+    eligible = set(placement.eligible)
+    left_out = [n.name for n in sm100 if n.name not in eligible]
+    return f"; SM100 nodes not eligible: {_names(left_out)}" if left_out else ""
+
+
 def _check_capacity(placement: Placement, replicas: int, name: str = "Capacity") -> Check:
     return _check(
         name,
@@ -500,7 +507,8 @@ def _resolve_auto(
             DEEP_GEMM_MEGA_MOE,
             REASON_MEGA_MOE_SELECTED,
             f"auto resolved to deep_gemm_mega_moe: all {len(checks)} checks passed; pods pinned "
-            f"to the {len(mega_place.eligible)} SM100 fully NVLink-connected node(s)",
+            f"to the {len(mega_place.eligible)} SM100 fully NVLink-connected node(s)"
+            + _not_eligible_note(sm100, mega_place),
             True,
             mega_req,
             mega_place,
@@ -543,12 +551,34 @@ def _keep_previous(
         Requirement.MEGA_MOE if prev_backend == DEEP_GEMM_MEGA_MOE else Requirement.ANY_GPU
     )
     prev_place = place(spec, cands, req, gpp, ppr)
-    if not prev_place.eligible:
+    if not prev_place.eligible and not previous.serving:
         note = (
-            f"the running decision {prev_backend} has no eligible node left, so the decision "
-            f"changed to {fresh.moe_backend}"
+            f"the previous decision {prev_backend} has no eligible node left and no replica is "
+            f"serving, so the decision changed to {fresh.moe_backend}"
         )
         return replace(fresh, message=fresh.message + "; " + note, notes=(note,))
+    if not prev_place.eligible:
+        note = (
+            f"node changes: no eligible node is left for the running {prev_backend} "
+            f"({fresh.reason}: {fresh.message.split(': ', 2)[-1]}); it is kept because replicas "
+            "are serving (node churn never restarts serving pods); new pods would stay Pending; "
+            "a spec change re-decides"
+        )
+        reason = previous.reason or fresh.reason
+        cond_reason = (
+            REASON_MEGA_MOE_SELECTED if prev_backend == DEEP_GEMM_MEGA_MOE else REASON_KEPT_AUTO
+        )
+        return replace(
+            fresh,
+            moe_backend=prev_backend,
+            reason=reason,
+            condition_reason=cond_reason,
+            message=f"{prev_backend} kept: {note}",
+            requirement=req,
+            placement=prev_place,
+            sequence_parallel=sequence_parallel(spec, prev_backend),
+            notes=(note,),
+        )
     if prev_backend == DEEP_GEMM_MEGA_MOE:
         note = (
             f"node changes: {fresh.reason} now ({fresh.message.split(': ', 1)[-1]}); the running "

@@ -97,8 +97,10 @@ def pod_template(
     """The pod template of one serving pod."""
     spec = obj.spec
     gpus = str(res.gpus_per_pod)
-    requests: dict[str, Any] = {**spec.resources.requests, spec.gpu_resource_name: gpus}
-    limits: dict[str, Any] = {**spec.resources.limits, spec.gpu_resource_name: gpus}
+    requests: dict[str, Any] = {k: str(v) for k, v in spec.resources.requests.items()}
+    requests[spec.gpu_resource_name] = gpus
+    limits: dict[str, Any] = {k: str(v) for k, v in spec.resources.limits.items()}
+    limits[spec.gpu_resource_name] = gpus
     cache = spec.model_cache
     env = [{"name": "HF_HOME", "value": cache.mount_path}]
     env += [e for e in spec.env if e.get("name") != "HF_HOME"]

@@ -1,0 +1,262 @@
+"""kopf handlers: thin glue between watch events and :class:`Reconciler`.
+
+* Indexes (filled before any handler runs): Nodes → :class:`NodeFacts`, DeepSeekServings →
+  their latest body, our children → their live body. A reconcile therefore makes no LIST call.
+* One reconcile for create, update and resume of a DeepSeekServing.
+* A Node change that alters GPU facts, labels, taints, readiness or allocatable GPUs re-evaluates
+  only the DeepSeekServings whose ``nodeSelector`` matches the node (before or after), debounced
+  so a burst of node changes costs one reconcile per object.
+* A child event (readiness, hand edit, deletion) reconciles its owner.
+Handlers return nothing: kopf would otherwise write results into ``status``, which the
+structural schema prunes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from deepseek_operator.api.crd import GROUP, PLURAL, VERSION
+from deepseek_operator.controller import metrics
+from deepseek_operator.controller.kube import FIELD_MANAGER, KubeClient
+from deepseek_operator.controller.reconcile import Reconciler
+from deepseek_operator.render.workload import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+from deepseek_operator.topology.inventory import NodeFacts, node_facts
+
+log = logging.getLogger("deepseek_operator.controller")
+
+ANNOTATION_PREFIX = "serving.deepseek-operator.io"
+NODE_DEBOUNCE_S = 1.0
+IGNORED_NODE_LABELS = ("nvidia.com/gfd.timestamp",)
+CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
+    kopf.event(dict(body), type=etype, reason=reason, message=message)  # type: ignore[arg-type]
+
+
+class _State:
+    """Process-wide operator state: the API client, the reconciler and the live indexes."""
+
+    def __init__(self) -> None:
+        self.kube = KubeClient()
+        self.reconciler = Reconciler(self.kube, post_event=_post_event)
+        self.node_index: Any = None
+        self.serving_index: Any = None
+        self.child_index: Any = None
+        self.node_prints: dict[str, NodeFacts] = {}
+        self.pending: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+
+STATE = _State()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Keep kopf's bookkeeping in annotations (the structural schema prunes unknown status)."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration", ignored_fields=["status"]
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.batching.worker_limit = 64
+    settings.execution.max_workers = 16
+
+
+# --- indexes ------------------------------------------------------------------------------------
+
+
+def _fingerprint(facts: NodeFacts) -> NodeFacts:
+    labels = {k: v for k, v in facts.labels.items() if k not in IGNORED_NODE_LABELS}
+    return dataclasses.replace(facts, labels=labels)
+
+
+@kopf.index("", "v1", "nodes")
+def node_facts_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeFacts]:
+    """Node name → GPU facts."""
+    return {name: _fingerprint(node_facts(body))}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def serving_index(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(namespace, name) → the latest DeepSeekServing body."""
+    return {(str(namespace), name): copy.deepcopy(dict(body))}
+
+
+def _child_entry(
+    namespace: str | None, name: str, body: kopf.Body
+) -> dict[tuple[str, str], tuple[str, str, dict[str, Any]]]:
+    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL_INSTANCE)
+    if not owner:
+        return {}
+    return {(str(namespace), owner): (str(body.get("kind")), name, copy.deepcopy(dict(body)))}
+
+
+@kopf.index("apps", "v1", "deployments", labels=CHILD_LABELS)
+def deployment_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """(namespace, owner) → our Deployments."""
+    return _child_entry(namespace, name, body)
+
+
+@kopf.index("apps", "v1", "statefulsets", labels=CHILD_LABELS)
+def statefulset_index(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Any, Any]:
+    """(namespace, owner) → our StatefulSets."""
+    return _child_entry(namespace, name, body)
+
+
+@kopf.index("", "v1", "services", labels=CHILD_LABELS)
+def service_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """(namespace, owner) → our Services."""
+    return _child_entry(namespace, name, body)
+
+
+def _nodes(node_facts_index: kopf.Index[str, NodeFacts]) -> list[NodeFacts]:
+    return [facts for key in node_facts_index for facts in node_facts_index[key]]
+
+
+def _live_children(
+    namespace: str | None, name: str, *indexes: kopf.Index[Any, Any]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    live: dict[tuple[str, str], dict[str, Any]] = {}
+    for index in indexes:
+        for kind, child, body in index.get((namespace, name), []):
+            live[(kind, child)] = body
+    return live
+
+
+def _remember(kwargs: Mapping[str, Any]) -> None:
+    STATE.node_index = kwargs["node_facts_index"]
+    STATE.serving_index = kwargs["serving_index"]
+    STATE.child_index = (
+        kwargs["deployment_index"],
+        kwargs["statefulset_index"],
+        kwargs["service_index"],
+    )
+
+
+async def _run(body: Mapping[str, Any], trigger: str) -> None:
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    await STATE.reconciler.reconcile(
+        body, _nodes(STATE.node_index), _live_children(namespace, name, *STATE.child_index), trigger
+    )
+
+
+# --- DeepSeekServing ----------------------------------------------------------------------------
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+async def reconcile_serving(body: kopf.Body, reason: str, **kwargs: Any) -> None:
+    """Create, update and resume: decide, apply children, write status."""
+    _remember(kwargs)
+    try:
+        await _run(dict(body), trigger=str(reason))
+    except Exception as exc:
+        raise kopf.TemporaryError(f"Reconcile failed: {exc}", delay=10) from exc
+
+
+# --- Nodes --------------------------------------------------------------------------------------
+
+
+def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _schedule(namespace: str, name: str) -> None:
+    key = (namespace, name)
+    if key in STATE.pending and not STATE.pending[key].done():
+        return
+
+    async def later() -> None:
+        await asyncio.sleep(NODE_DEBOUNCE_S)
+        STATE.pending.pop(key, None)
+        bodies = list(STATE.serving_index.get(key, []))
+        if bodies:
+            try:
+                await _run(bodies[0], trigger="nodes")
+            except Exception:
+                log.exception(
+                    "Reconcile after a node change failed",
+                    extra={"namespace": namespace, "name_": name},
+                )
+
+    STATE.pending[key] = asyncio.create_task(later())
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_changed(name: str, type: str, body: kopf.Body, **kwargs: Any) -> None:
+    """Re-evaluate the DeepSeekServings a node's GPU facts can affect (and only those)."""
+    _remember(kwargs)
+    old = STATE.node_prints.get(name)
+    new = None if type == "DELETED" else _fingerprint(node_facts(body))
+    if new is None:
+        STATE.node_prints.pop(name, None)
+    else:
+        STATE.node_prints[name] = new
+    metrics.NODES.set(len(STATE.node_prints))
+    if type is None or old == new:  # initial listing (resume reconciles everything) or no change
+        return
+    labels_before = old.labels if old else {}
+    labels_after = new.labels if new else {}
+    for key in list(STATE.serving_index):
+        for serving in STATE.serving_index[key]:
+            selector = (serving.get("spec") or {}).get("nodeSelector") or {}
+            if _selector_matches(selector, labels_before) or _selector_matches(
+                selector, labels_after
+            ):
+                _schedule(*key)
+
+
+# --- children -----------------------------------------------------------------------------------
+
+
+async def _child_event(namespace: str | None, body: kopf.Body, kwargs: Mapping[str, Any]) -> None:
+    _remember(kwargs)
+    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL_INSTANCE)
+    if not owner:
+        return
+    for serving in list(STATE.serving_index.get((str(namespace), owner), [])):
+        await _run(serving, trigger="child")
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
+async def deployment_changed(
+    namespace: str | None, type: str, body: kopf.Body, **kwargs: Any
+) -> None:
+    """Readiness changes, hand edits and deletions of our Deployments."""
+    if type is not None:
+        await _child_event(namespace, body, kwargs)
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels=CHILD_LABELS)
+async def statefulset_changed(
+    namespace: str | None, type: str, body: kopf.Body, **kwargs: Any
+) -> None:
+    """Readiness changes, hand edits and deletions of our StatefulSets."""
+    if type is not None:
+        await _child_event(namespace, body, kwargs)
+
+
+@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
+async def service_changed(namespace: str | None, type: str, body: kopf.Body, **kwargs: Any) -> None:
+    """Hand edits and deletions of our Services."""
+    if type is not None:
+        await _child_event(namespace, body, kwargs)
+
+
+__all__ = ["FIELD_MANAGER", "STATE"]

@@ -1,0 +1,129 @@
+"""Run ``deepseek-operator run`` as a real subprocess against the local control plane."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from k8s.cluster import ControlPlane, free_port, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILES = [
+    REPO / "crds" / "serving.deepseek-operator.io_deepseekservings.yaml",
+    REPO / "crds" / "kopf.dev_clusterkopfpeerings.yaml",
+]
+
+
+def install_crds(cp: ControlPlane) -> None:
+    """Apply our CRDs and wait until they are served."""
+    for path in CRD_FILES:
+        cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    cp.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/deepseekservings.serving.deepseek-operator.io",
+    )
+    wait_for(
+        lambda: cp.kubectl("get", "dss", "-A", check=False).returncode == 0,
+        timeout=30,
+        what="dss discovery",
+    )
+
+
+class OperatorProcess:
+    """One operator process; logs go to a file that is printed when a test fails."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        log_dir: Path,
+        kubeconfig: Path | None = None,
+        extra: list[str] | None = None,
+    ) -> None:
+        self.cp = cp
+        self.kubeconfig = kubeconfig or cp.kubeconfig
+        self.log_path = log_dir / f"operator-{int(time.time() * 1000)}.log"
+        self.extra = extra or ["--standalone"]
+        self.health_port = free_port()
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        """Start the process and wait for its liveness endpoint."""
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "deepseek_operator.cli", "run", *self.extra,
+                "--health-address", "127.0.0.1", "--health-port", str(self.health_port),
+                "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+            ],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        wait_for(self._healthy, timeout=60, what="operator /healthz")
+        return self
+
+    def _healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.logs()}")
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
+            ) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        """The Prometheus exposition text."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
+            return str(r.read().decode())
+
+    def logs(self, lines: int = 80) -> str:
+        """Tail of the operator's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL with ``kill``) and wait."""
+        if self.proc is not None and self.proc.poll() is None:
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if hasattr(self, "_log"):
+            self._log.close()
+
+
+@pytest.fixture(scope="session")
+def crds(control_plane: ControlPlane) -> ControlPlane:
+    """The control plane with our CRDs installed."""
+    install_crds(control_plane)
+    return control_plane
+
+
+@pytest.fixture(scope="session")
+def operator(
+    full_cluster: ControlPlane, crds: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """A session-wide operator process (admin credentials) on the full cluster."""
+    op = OperatorProcess(full_cluster, tmp_path_factory.mktemp("operator")).start()
+    yield op
+    op.stop()
