@@ -11,6 +11,8 @@ import json
 import threading
 from typing import Any
 
+from deepseek_operator.controller import metrics
+
 FIELD_MANAGER = "deepseek-operator"
 
 _PLURALS = {
@@ -52,6 +54,7 @@ class KubeClient:
         from kubernetes.client.exceptions import ApiException
 
         self.requests += 1
+        metrics.API_REQUESTS.labels(method).inc()
         api = self._client()
         method_, url, headers, data, post = api.param_serialize(
             method=method,

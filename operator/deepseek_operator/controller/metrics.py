@@ -24,3 +24,8 @@ APPLIES = Counter(
     "deepseek_operator_child_applies_total", "Server-side applies of child objects", ["kind"]
 )
 NODES = Gauge("deepseek_operator_nodes", "Nodes in the operator's index")
+API_REQUESTS = Counter(
+    "deepseek_operator_api_requests_total",
+    "Kubernetes API requests issued by the reconciler (kopf's own watch and bookkeeping excluded)",
+    ["verb"],
+)
