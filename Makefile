@@ -18,10 +18,11 @@ $(BIN)/deepseek-operator: pyproject.toml
 
 generate: venv ## regenerate crds/ (and the chart's copies) from the pydantic models
 	$(BIN)/deepseek-operator crds > crds/serving.deepseek-operator.io_deepseekservings.yaml
+	$(BIN)/python hack/api_reference.py --write
 	@if [ -d charts/deepseek-operator ]; then $(BIN)/python hack/generate_chart_files.py; fi
 
 verify: generate ## fail if generated files are stale
-	git diff --exit-code -- crds charts
+	git diff --exit-code -- crds charts README.md
 
 lint: venv ## ruff check + format check
 	$(BIN)/ruff check operator tests bench hack
@@ -41,6 +42,9 @@ test: venv cluster-bins ## THE test command: unit + integration + e2e against a 
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
 	$(BIN)/python bench/bench_core.py
+
+demo: venv ## local control plane + kwok GPU nodes + helm install + operator + example; prints `kubectl get dss` and the checks
+	$(BIN)/python hack/demo.py
 
 clean: ## remove the virtualenv and caches (not the cached binaries)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

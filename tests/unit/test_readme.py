@@ -1,0 +1,48 @@
+"""The README's examples work and its generated API table is current."""
+
+from __future__ import annotations
+
+import pathlib
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+sys.path.insert(0, str(ROOT / "hack"))
+
+from api_reference import BEGIN, END, reference  # noqa: E402
+
+EXAMPLES = [
+    line.strip()
+    for line in README.splitlines()
+    if line.strip().startswith(".venv/bin/deepseek-operator ")
+]
+
+
+def test_api_reference_block_is_current() -> None:
+    block = README[README.index(BEGIN) : README.index(END) + len(END)]
+    assert block == reference(), "README API table is stale: run `make generate`"
+
+
+@pytest.mark.parametrize(
+    "command", EXAMPLES, ids=lambda c: c.split(" ", 2)[1] + " example from the README works"
+)
+def test_readme_command_examples_run(command: str) -> None:
+    argv = shlex.split(command)
+    argv[0] = str(pathlib.Path(sys.executable).parent / "deepseek-operator")
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout
+
+
+def test_readme_mentions_every_condition_reason_and_command() -> None:
+    from deepseek_operator.api import status
+
+    reasons = [v for k, v in vars(status).items() if k.startswith("REASON_")]
+    for reason in reasons:
+        assert reason in README, reason
+    for command in ("render", "crds", "topology", "run", "agent"):
+        assert f"deepseek-operator {command}" in README
