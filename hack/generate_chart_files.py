@@ -69,7 +69,9 @@ class GenerateError(Exception):
 def crd_files(repo: Path = REPO) -> dict[Path, str]:
     """The chart's ``crds/`` files: one byte copy of each top-level ``crds/*.yaml``."""
     chart_crds = repo / "charts" / "deepseek-operator" / "crds"
-    return {chart_crds / src.name: src.read_text() for src in sorted((repo / "crds").glob("*.yaml"))}
+    return {
+        chart_crds / src.name: src.read_text() for src in sorted((repo / "crds").glob("*.yaml"))
+    }
 
 
 # --- admission policy ----------------------------------------------------------------------
@@ -259,7 +261,11 @@ def generated_files(repo: Path = REPO) -> dict[Path, str]:
 def stale_crds(repo: Path = REPO) -> list[Path]:
     """Chart CRD files that no longer have a top-level source."""
     wanted = set(crd_files(repo))
-    return [p for p in sorted((repo / "charts/deepseek-operator/crds").glob("*.yaml")) if p not in wanted]
+    return [
+        p
+        for p in sorted((repo / "charts/deepseek-operator/crds").glob("*.yaml"))
+        if p not in wanted
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

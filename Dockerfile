@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+# One image for the operator (`deepseek-operator run`, the default) and the node agent
+# (`deepseek-operator agent`). Build: docker build -t deepseek-operator:0.1.0 .
+#
+# The install step is CI's (Makefile `venv`): pip with `-c constraints.txt`, so the image runs the
+# exact dependency versions the tests ran. constraints.txt also pins dev tools (pytest, ruff, mypy),
+# but a constraints file only pins what is installed anyway; installing `.` (no extras) pulls in the
+# runtime dependencies alone. tests/unit/test_dockerfile.py checks both stay in step.
+#
+# Base: the Python CI runs (3.11.7), Debian bookworm slim. Pin a digest as well when you publish:
+#   python:3.11.7-slim-bookworm@sha256:<digest>
+
+FROM python:3.11.7-slim-bookworm AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml constraints.txt ./
+COPY operator/ operator/
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --quiet -c constraints.txt . \
+    && /opt/venv/bin/deepseek-operator --help >/dev/null
+
+FROM python:3.11.7-slim-bookworm AS runtime
+LABEL org.opencontainers.image.title="deepseek-operator" \
+      org.opencontainers.image.description="DeepSeek V4/V4.1 on vLLM: operator and node agent" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --gid 65532 deepseek \
+    && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin deepseek
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# Numeric, so `runAsNonRoot: true` can verify it without reading /etc/passwd.
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8080 9090
+ENTRYPOINT ["deepseek-operator"]
+CMD ["run"]
