@@ -1,0 +1,82 @@
+"""``render --from-cluster`` reads the Nodes of the current kubeconfig (a real API server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from k8s.cluster import ControlPlane, make_gpu_node
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.integration
+def test_render_from_cluster_sees_the_clusters_gpu_nodes(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    name = f"{namespace}-gb"
+    control_plane.create_node(
+        make_gpu_node(
+            name,
+            agent_labels={"sm-family": "sm100", "nvlink.fully-connected": "true"},
+            extra_labels={"pool": namespace},
+        ),
+        wait_ready=False,
+    )
+    try:
+        control_plane.kubectl(
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(
+                {
+                    "status": {
+                        "conditions": [
+                            {"type": "Ready", "status": "True", "reason": "Test", "message": "test"}
+                        ]
+                    }
+                }
+            ),
+        )
+        dss = REPO / "examples/dsv41-flash-gb200.yaml"
+        doc = dss.read_text().replace(
+            "  tolerations:", f"  nodeSelector: {{pool: {namespace}}}\n  tolerations:"
+        )
+        path = pathlib.Path(control_plane.work_dir) / f"{namespace}.yaml"
+        path.write_text(doc)
+        out = subprocess.run(
+            [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path), "--from-cluster", "-o", "json"],
+            capture_output=True, text=True, cwd=REPO, env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        status = json.loads(out.stdout)["status"]
+        assert status["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
+        assert status["resolved"]["eligibleNodes"] == 1
+    finally:
+        control_plane.delete_node(name)
+
+
+@pytest.mark.integration
+def test_render_from_cluster_without_a_reachable_cluster_is_one_line(
+    tmp_path: pathlib.Path,
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(REPO / "examples/dsv41-flash-gb200.yaml"), "--from-cluster"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "KUBECONFIG": str(kubeconfig)}, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: --from-cluster: cannot list Nodes")
+    assert out.stderr.count("\n") == 1
