@@ -66,6 +66,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration", ignored_fields=["status"]
     )
+    # Two replicas without their peering object would both act: refuse to run instead.
+    settings.peering.mandatory = not settings.peering.standalone
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.batching.worker_limit = 64

@@ -1,0 +1,75 @@
+"""HA: two operator replicas in one kopf peering; only the highest-priority one acts."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import time
+
+import pytest
+import yaml
+
+from k8s.cluster import ControlPlane, make_gpu_node, wait_for
+from k8s.operator import OperatorProcess
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def _reconciles(op: OperatorProcess) -> float:
+    total = 0.0
+    for line in op.metrics().splitlines():
+        if line.startswith("deepseek_operator_reconciles_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_only_the_highest_priority_peer_acts(
+    full_cluster: ControlPlane, crds: ControlPlane, namespace: str, tmp_path: pathlib.Path
+) -> None:
+    peering = f"ha-{namespace[-6:]}"
+    full_cluster.apply(
+        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering}}
+    )
+    node = make_gpu_node(
+        f"{namespace}-gb0",
+        agent_labels={"sm-family": "sm100", "nvlink.fully-connected": "true"},
+        extra_labels={"pool": namespace},
+    )
+    full_cluster.create_node(node, wait_ready=True)
+    leader = OperatorProcess(
+        full_cluster, tmp_path, extra=["--peering", peering, "--priority", "200"]
+    ).start()
+    follower = OperatorProcess(
+        full_cluster, tmp_path, extra=["--peering", peering, "--priority", "100"]
+    ).start()
+    try:
+        time.sleep(3)  # the follower reads the peering object at start and stays paused
+        assert "Resuming operations" not in follower.logs(400)
+        doc = copy.deepcopy(yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text()))
+        doc["metadata"] = {"name": "dsv41", "namespace": namespace}
+        doc["spec"]["nodeSelector"] = {"pool": namespace}
+        doc["spec"]["resources"] = {}
+        full_cluster.apply(doc)
+        wait_for(lambda: _reconciles(leader) >= 1, timeout=60, what="leader reconciles")
+        time.sleep(3)
+        assert _reconciles(follower) == 0, follower.logs(40)
+        # The leader goes away: the follower takes over and acts on the next change.
+        leader.stop()
+        full_cluster.kubectl(
+            "patch",
+            "dss",
+            "dsv41",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"replicas":2}}',
+        )
+        wait_for(lambda: _reconciles(follower) >= 1, timeout=120, what="follower takes over")
+        assert "Resuming operations" in follower.logs(400)
+    finally:
+        leader.stop()
+        follower.stop()
+        full_cluster.delete_node(node["metadata"]["name"])
+        full_cluster.kubectl("delete", "clusterkopfpeering", peering, "--ignore-not-found")
