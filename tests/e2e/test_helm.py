@@ -242,6 +242,17 @@ def test_chart_installs_runs_the_operator_on_its_rbac_upgrades_and_uninstalls_cl
         assert not refused, "the chart's RBAC refused the operator:\n" + "\n".join(
             map(json.dumps, refused[:10])
         )
+        events = cp.kubectl_json(
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            "involvedObject.kind=DeepSeekServing",
+        )
+        assert any("deep_gemm_mega_moe" in e.get("message", "") for e in events["items"]), (
+            "Events were posted"
+        )
         text = op.metrics()
         assert metric(text, "deepseek_operator_reconciles_total", result="ok") >= 1
         assert metric(text, "deepseek_operator_reconcile_errors_total") == 0
