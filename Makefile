@@ -37,7 +37,7 @@ cluster-bins: ## build the local control plane binaries (cached under ~/.cache/d
 test-unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q
 
-test: venv cluster-bins ## THE test command: unit + integration + e2e against a real local control plane
+test: venv cluster-bins lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
