@@ -17,9 +17,9 @@ scheduler, controller-manager or kwok: the benchmark is about the decision, not 
    its create request was sent.
 3. Reports per operator: latency p50/p95/max, time until all are resolved ("all s", from the
    first create request), startup time ("start s": process start until ours has indexed every
-   Node, or until the no-op answers its liveness probe), operator peak RSS
-   (``VmHWM``) and CPU seconds, and, over the measured phase (first create until all resolved
-   plus ``--settle`` seconds), the API server's request counts by verb and resource (from
+   Node, or until the no-op answers its liveness probe), operator peak RSS (``VmHWM``), its CPU
+   seconds and those of kube-apiserver + etcd ("srv cpu"), and, over the measured phase (first
+   create until all resolved plus ``--settle`` seconds), the API server's request counts by verb and resource (from
    kube-apiserver ``/metrics``, ``apiserver_request_total``; LISTs of nodes and
    deepseekservings must be zero: no per-reconcile LIST) and, for ours, the operator's own
    metrics (``deepseek_operator_reconciles_total``, ``deepseek_operator_api_requests_total``).
@@ -364,6 +364,11 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def control_plane_cpu(cp: ControlPlane) -> float:
+    """CPU seconds used so far by etcd and kube-apiserver together."""
+    return sum(proc_cpu_seconds(c.process.pid) for c in cp.components if c.process is not None)
+
+
 def percentile(values: list[float], q: float) -> float:
     """The *q*-quantile (0..1) of *values*, nearest rank."""
     ordered = sorted(values)
@@ -409,6 +414,7 @@ class PhaseResult:
     rss_peak_mb: float = 0.0
     rss_idle_mb: float = 0.0
     cpu_s: float = 0.0
+    server_cpu_s: float = 0.0
     apiserver: dict[str, int] = field(default_factory=dict)
     operator_metrics: dict[str, float] = field(default_factory=dict)
     log_path: str = ""
@@ -431,6 +437,7 @@ class PhaseResult:
             "rss_idle_mb": self.rss_idle_mb,
             "rss_peak_mb": self.rss_peak_mb,
             "cpu_s": self.cpu_s,
+            "apiserver_etcd_cpu_s": self.server_cpu_s,
             "apiserver_requests": self.apiserver,
             "operator_metrics": self.operator_metrics,
             "log": self.log_path,
@@ -491,6 +498,7 @@ def run_phase(
         api_before = scrape_apiserver(cp)
         op_before = operator_counters(op.metrics()) if name == "ours" else {}
         cpu_before = proc_cpu_seconds(pid)
+        server_cpu_before = control_plane_cpu(cp)
 
         rest = Rest(cp)
         sent: dict[tuple[str, str], float] = {}
@@ -517,6 +525,7 @@ def run_phase(
             )
         time.sleep(settle)  # trailing work (child events, kopf annotations) lands in the counts
         result.cpu_s = proc_cpu_seconds(pid) - cpu_before
+        result.server_cpu_s = control_plane_cpu(cp) - server_cpu_before
         result.apiserver = apiserver_delta(api_before, scrape_apiserver(cp))
         if name == "ours":
             after = operator_counters(op.metrics())
@@ -573,7 +582,8 @@ def report(results: list[PhaseResult], args: argparse.Namespace, setup: Mapping[
         print(
             f"{r.name:<8} {s['resolved']:>4}/{s['servings']:<4} {s['p50_s']:>7.3f} "
             f"{s['p95_s']:>7.3f} {s['max_s']:>7.3f} {s['total_s']:>7.2f} {s['startup_s']:>7.1f} "
-            f"{s['create_wall_s']:>8.2f} {s['cpu_s']:>7.1f} {s['rss_peak_mb']:>7.1f} {lists:>10}"
+            f"{s['create_wall_s']:>8.2f} {s['cpu_s']:>7.1f} {s['apiserver_etcd_cpu_s']:>7.1f} "
+            f"{s['rss_peak_mb']:>7.1f} {lists:>10}"
         )
     for r in results:
         print(f"\n[{r.name}] kube-apiserver requests during the measured phase (all clients):")
