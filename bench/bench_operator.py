@@ -19,10 +19,10 @@ scheduler, controller-manager or kwok: the benchmark is about the decision, not 
    first create request), startup time ("start s": process start until ours has indexed every
    Node, or until the no-op answers its liveness probe), operator peak RSS (``VmHWM``), its CPU
    seconds and those of kube-apiserver + etcd ("srv cpu"), and, over the measured phase (first
-   create until all resolved plus ``--settle`` seconds), the API server's request counts by verb and resource (from
-   kube-apiserver ``/metrics``, ``apiserver_request_total``; LISTs of nodes and
-   deepseekservings must be zero: no per-reconcile LIST) and, for ours, the operator's own
-   metrics (``deepseek_operator_reconciles_total``, ``deepseek_operator_api_requests_total``).
+   create until all resolved plus ``--settle`` seconds), the API server's request counts by
+   verb and resource (from kube-apiserver ``/metrics``, ``apiserver_request_total``; LISTs of
+   nodes and deepseekservings must be zero: no per-reconcile LIST) and, for ours, the
+   operator's own metrics (``deepseek_operator_reconciles_total``, ``deepseek_operator_api_requests_total``).
    Between the two operators every DeepSeekServing is deleted, so the second one resumes
    nothing.
 
