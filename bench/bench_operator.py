@@ -566,7 +566,8 @@ def report(results: list[PhaseResult], args: argparse.Namespace, setup: Mapping[
     )
     header = (
         f"{'operator':<8} {'resolved':>9} {'p50 s':>7} {'p95 s':>7} {'max s':>7} "
-        f"{'all s':>7} {'start s':>7} {'create s':>8} {'cpu s':>7} {'srv cpu':>7} {'RSS MB':>7} {'LIST n/dss':>10}"
+        f"{'all s':>7} {'start s':>7} {'create s':>8} {'cpu s':>7} {'srv cpu':>7} "
+        f"{'RSS MB':>7} {'LIST n/dss':>10}"
     )
     print(header)
     print("-" * len(header))
