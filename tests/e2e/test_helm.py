@@ -236,8 +236,12 @@ def test_chart_installs_runs_the_operator_on_its_rbac_upgrades_and_uninstalls_cl
             r.get("msg") == "Reconciled DeepSeekServing" and r.get("namespace") == namespace
             for r in records
         ), op.logs()
+        # A 403 for writing into a namespace another test is deleting is not an RBAC refusal.
         refused = [
-            r for r in records if "403" in json.dumps(r) or "forbidden" in json.dumps(r).lower()
+            r
+            for r in records
+            if ("403" in json.dumps(r) or "forbidden" in json.dumps(r).lower())
+            and "NamespaceTerminating" not in json.dumps(r)
         ]
         assert not refused, "the chart's RBAC refused the operator:\n" + "\n".join(
             map(json.dumps, refused[:10])

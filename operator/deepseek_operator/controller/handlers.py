@@ -14,7 +14,6 @@ structural schema prunes.
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -27,12 +26,13 @@ from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import FIELD_MANAGER, KubeClient
 from deepseek_operator.controller.reconcile import Reconciler
 from deepseek_operator.render.workload import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
-from deepseek_operator.topology.inventory import NodeFacts, node_facts
+from deepseek_operator.topology.inventory import NodeFacts, NodeInventory, node_facts
 
 log = logging.getLogger("deepseek_operator.controller")
 
 ANNOTATION_PREFIX = "serving.deepseek-operator.io"
 NODE_DEBOUNCE_S = 1.0
+CHILD_DEBOUNCE_S = 0.2
 IGNORED_NODE_LABELS = ("nvidia.com/gfd.timestamp",)
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
 
@@ -51,7 +51,18 @@ class _State:
         self.serving_index: Any = None
         self.child_index: Any = None
         self.node_prints: dict[str, NodeFacts] = {}
+        self.index_prints: dict[str, NodeFacts] = {}
+        self.node_version = 0
+        self._inventory: tuple[tuple[int, int], NodeInventory] | None = None
         self.pending: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def inventory(self) -> NodeInventory:
+        """The node inventory, rebuilt only when a node's facts changed or a node went away."""
+        key = (self.node_version, len(self.node_index))
+        if self._inventory is None or self._inventory[0] != key:
+            nodes = [f for name in self.node_index for f in self.node_index[name]]
+            self._inventory = (key, NodeInventory(tuple(sorted(nodes, key=lambda n: n.name))))
+        return self._inventory[1]
 
 
 STATE = _State()
@@ -70,7 +81,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.mandatory = not settings.peering.standalone
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
-    settings.batching.worker_limit = 64
     settings.execution.max_workers = 16
 
 
@@ -84,8 +94,12 @@ def _fingerprint(facts: NodeFacts) -> NodeFacts:
 
 @kopf.index("", "v1", "nodes")
 def node_facts_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeFacts]:
-    """Node name → GPU facts."""
-    return {name: _fingerprint(node_facts(body))}
+    """Node name → GPU facts (bumps the inventory version when a node's facts change)."""
+    facts = _fingerprint(node_facts(body))
+    if STATE.index_prints.get(name) != facts:
+        STATE.index_prints[name] = facts
+        STATE.node_version += 1
+    return {name: facts}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -93,7 +107,7 @@ def serving_index(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """(namespace, name) → the latest DeepSeekServing body."""
-    return {(str(namespace), name): copy.deepcopy(dict(body))}
+    return {(str(namespace), name): dict(body)}
 
 
 def _child_entry(
@@ -102,7 +116,7 @@ def _child_entry(
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL_INSTANCE)
     if not owner:
         return {}
-    return {(str(namespace), owner): (str(body.get("kind")), name, copy.deepcopy(dict(body)))}
+    return {(str(namespace), owner): (str(body.get("kind")), name, dict(body))}
 
 
 @kopf.index("apps", "v1", "deployments", labels=CHILD_LABELS)
@@ -125,10 +139,6 @@ def service_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -
     return _child_entry(namespace, name, body)
 
 
-def _nodes(node_facts_index: kopf.Index[str, NodeFacts]) -> list[NodeFacts]:
-    return [facts for key in node_facts_index for facts in node_facts_index[key]]
-
-
 def _live_children(
     namespace: str | None, name: str, *indexes: kopf.Index[Any, Any]
 ) -> dict[tuple[str, str], dict[str, Any]]:
@@ -149,11 +159,19 @@ def _remember(kwargs: Mapping[str, Any]) -> None:
     )
 
 
-async def _run(body: Mapping[str, Any], trigger: str) -> None:
-    meta = body.get("metadata") or {}
-    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+async def _run(key: tuple[str, str], trigger: str) -> None:
+    """Reconcile ``key`` with whatever the indexes hold once its turn comes."""
+
+    def body_of() -> Mapping[str, Any] | None:
+        bodies = list(STATE.serving_index.get(key, []))
+        return bodies[0] if bodies else None
+
     await STATE.reconciler.reconcile(
-        body, _nodes(STATE.node_index), _live_children(namespace, name, *STATE.child_index), trigger
+        key,
+        body_of,
+        STATE.inventory,
+        lambda: _live_children(key[0], key[1], *STATE.child_index),
+        trigger,
     )
 
 
@@ -166,8 +184,9 @@ async def _run(body: Mapping[str, Any], trigger: str) -> None:
 async def reconcile_serving(body: kopf.Body, reason: str, **kwargs: Any) -> None:
     """Create, update and resume: decide, apply children, write status."""
     _remember(kwargs)
+    meta = body.get("metadata") or {}
     try:
-        await _run(dict(body), trigger=str(reason))
+        await _run((str(meta.get("namespace")), str(meta.get("name"))), trigger=str(reason))
     except Exception as exc:
         raise kopf.TemporaryError(f"Reconcile failed: {exc}", delay=10) from exc
 
@@ -179,23 +198,22 @@ def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) ->
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def _schedule(namespace: str, name: str) -> None:
+def _schedule(namespace: str, name: str, delay: float, trigger: str) -> None:
+    """Reconcile soon; events arriving meanwhile fold into the same reconcile."""
     key = (namespace, name)
     if key in STATE.pending and not STATE.pending[key].done():
         return
 
     async def later() -> None:
-        await asyncio.sleep(NODE_DEBOUNCE_S)
+        await asyncio.sleep(delay)
         STATE.pending.pop(key, None)
-        bodies = list(STATE.serving_index.get(key, []))
-        if bodies:
-            try:
-                await _run(bodies[0], trigger="nodes")
-            except Exception:
-                log.exception(
-                    "Reconcile after a node change failed",
-                    extra={"namespace": namespace, "name_": name},
-                )
+        try:
+            await _run(key, trigger=trigger)
+        except Exception:
+            log.exception(
+                "Reconcile failed",
+                extra={"namespace": namespace, "name_": name, "trigger": trigger},
+            )
 
     STATE.pending[key] = asyncio.create_task(later())
 
@@ -208,6 +226,8 @@ async def node_changed(name: str, type: str, body: kopf.Body, **kwargs: Any) -> 
     new = None if type == "DELETED" else _fingerprint(node_facts(body))
     if new is None:
         STATE.node_prints.pop(name, None)
+        STATE.index_prints.pop(name, None)
+        STATE.node_version += 1
     else:
         STATE.node_prints[name] = new
     metrics.NODES.set(len(STATE.node_prints))
@@ -221,19 +241,22 @@ async def node_changed(name: str, type: str, body: kopf.Body, **kwargs: Any) -> 
             if _selector_matches(selector, labels_before) or _selector_matches(
                 selector, labels_after
             ):
-                _schedule(*key)
+                _schedule(key[0], key[1], delay=NODE_DEBOUNCE_S, trigger="nodes")
 
 
 # --- children -----------------------------------------------------------------------------------
 
 
-async def _child_event(namespace: str | None, body: kopf.Body, kwargs: Mapping[str, Any]) -> None:
+async def _child_event(
+    namespace: str | None, type: str, body: kopf.Body, kwargs: Mapping[str, Any]
+) -> None:
     _remember(kwargs)
-    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL_INSTANCE)
-    if not owner:
-        return
-    for serving in list(STATE.serving_index.get((str(namespace), owner), [])):
-        await _run(serving, trigger="child")
+    meta = body.get("metadata") or {}
+    if type == "DELETED":
+        STATE.reconciler.child_deleted(str(namespace), str(body.get("kind")), str(meta.get("name")))
+    owner = (meta.get("labels") or {}).get(LABEL_INSTANCE)
+    if owner and (str(namespace), owner) in STATE.serving_index:
+        _schedule(str(namespace), owner, delay=CHILD_DEBOUNCE_S, trigger="child")
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
@@ -242,7 +265,7 @@ async def deployment_changed(
 ) -> None:
     """Readiness changes, hand edits and deletions of our Deployments."""
     if type is not None:
-        await _child_event(namespace, body, kwargs)
+        await _child_event(namespace, type, body, kwargs)
 
 
 @kopf.on.event("apps", "v1", "statefulsets", labels=CHILD_LABELS)
@@ -251,14 +274,14 @@ async def statefulset_changed(
 ) -> None:
     """Readiness changes, hand edits and deletions of our StatefulSets."""
     if type is not None:
-        await _child_event(namespace, body, kwargs)
+        await _child_event(namespace, type, body, kwargs)
 
 
 @kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
 async def service_changed(namespace: str | None, type: str, body: kopf.Body, **kwargs: Any) -> None:
     """Hand edits and deletions of our Services."""
     if type is not None:
-        await _child_event(namespace, body, kwargs)
+        await _child_event(namespace, type, body, kwargs)
 
 
 __all__ = ["FIELD_MANAGER", "STATE"]

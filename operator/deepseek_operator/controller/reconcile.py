@@ -12,7 +12,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.resolve import PreviousDecision, Resolution, resolve
 from deepseek_operator.render.status import build_status, status_dict
 from deepseek_operator.render.workload import LABEL_REPLICA, render_objects
-from deepseek_operator.topology.inventory import NodeFacts, NodeInventory
+from deepseek_operator.topology.inventory import NodeInventory
 
 log = logging.getLogger("deepseek_operator.controller")
 
@@ -96,6 +96,14 @@ def ready_replicas(
     return ready
 
 
+def _rv(obj: Mapping[str, Any]) -> int:
+    """resourceVersion as an int (etcd revisions are integers; 0 when absent or opaque)."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -134,29 +142,43 @@ class Reconciler:
         self.kube = kube
         self.post_event = post_event  # callable(body, type, reason, message) or None
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # The last status we wrote (with its resourceVersion) and the last apply responses, so a
+        # reconcile that runs before the watch delivers our own writes does not redo them.
+        self._written: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+        self._applied: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
 
     def _lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
 
     async def reconcile(
         self,
-        body: Mapping[str, Any],
-        nodes: Iterable[NodeFacts],
-        live: Mapping[ChildKey, Mapping[str, Any]],
+        key: tuple[str, str],
+        body_of: Callable[[], Mapping[str, Any] | None],
+        nodes_of: Callable[[], NodeInventory],
+        live_of: Callable[[], Mapping[ChildKey, Mapping[str, Any]]],
         trigger: str,
-    ) -> Outcome:
-        """Bring children and status of ``body`` in line with the decision on ``nodes``."""
-        meta = body.get("metadata") or {}
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    ) -> Outcome | None:
+        """Reconcile ``key``, reading its latest body, nodes and children once the lock is held.
+
+        Reading under the lock matters: a reconcile queued behind another must see what the
+        first one wrote (its status, its children), not the snapshot that queued it.
+        """
+        namespace, name = key
         started = time.perf_counter()
         async with self._lock(namespace, name):
+            body = body_of()
+            if body is None:  # deleted meanwhile
+                self.forget(key)
+                return None
+            body = self._freshest(key, body)
+            live = self._merge_applied(namespace, live_of())
             try:
-                outcome = await self._reconcile(body, nodes, live)
+                outcome = await self._reconcile(body, nodes_of(), live)
             except SpecError as exc:
                 metrics.RECONCILES.labels(trigger, "invalid").inc()
                 status = _invalid_status(body, exc)
                 if status != body.get("status"):
-                    await self.kube.patch_status(namespace, name, status)
+                    await self._write_status(key, status)
                     self._event(body, "Warning", REASON_INVALID_SPEC, exc.one_line())
                 return Outcome(status_patched=True)
             except Exception as exc:
@@ -179,10 +201,52 @@ class Reconciler:
         )
         return outcome
 
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop what we remember about a deleted DeepSeekServing."""
+        self._written.pop(key, None)
+        self._locks.pop(key, None)
+        for cache_key in [k for k in self._applied if k[0] == key[0] and k[3] == key[1]]:
+            del self._applied[cache_key]
+
+    def _freshest(self, key: tuple[str, str], body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``body`` with the status we last wrote, if the watch has not delivered it yet."""
+        written = self._written.get(key)
+        if written is None:
+            return body
+        rv, status = written
+        if _rv(body) >= rv:
+            return body
+        return {**body, "status": status}
+
+    def _merge_applied(
+        self, namespace: str, live: Mapping[ChildKey, Mapping[str, Any]]
+    ) -> dict[ChildKey, Mapping[str, Any]]:
+        """Live children, newer apply responses winning over lagging index entries."""
+        merged = dict(live)
+        for cache_key, obj in list(self._applied.items()):
+            ns, kind, name, _owner = cache_key
+            if ns != namespace:
+                continue
+            current = merged.get((kind, name))
+            if current is None or _rv(current) < _rv(obj):
+                merged[(kind, name)] = obj
+            else:  # the watch caught up
+                del self._applied[cache_key]
+        return merged
+
+    def child_deleted(self, namespace: str, kind: str, name: str) -> None:
+        """A child is gone: never mistake our old apply response for it."""
+        for cache_key in [k for k in self._applied if k[:3] == (namespace, kind, name)]:
+            del self._applied[cache_key]
+
+    async def _write_status(self, key: tuple[str, str], status: dict[str, Any]) -> None:
+        response = await self.kube.patch_status(key[0], key[1], status)
+        self._written[key] = (_rv(response or {}), status)
+
     async def _reconcile(
         self,
         body: Mapping[str, Any],
-        nodes: Iterable[NodeFacts],
+        inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
     ) -> Outcome:
         meta = body.get("metadata") or {}
@@ -194,22 +258,22 @@ class Reconciler:
                 "spec": body.get("spec"),
             }
         )
-        inventory = NodeInventory(tuple(sorted(nodes, key=lambda n: n.name)))
         res = resolve(obj.spec, inventory, previous_decision(body))
         outcome = Outcome(resolution=res)
         desired = render_objects(obj, res)
         desired_keys = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        writes: list[Awaitable[None]] = []
         for manifest in desired:
             key = (manifest["kind"], manifest["metadata"]["name"])
             current = live.get(key)
             if current is None or not contains(current, manifest):
-                await self.kube.apply(manifest)
-                metrics.APPLIES.labels(manifest["kind"]).inc()
+                writes.append(self._apply(obj, manifest))
                 outcome.applied.append(f"{key[0]}/{key[1]}")
         for kind, child in live:
             if (kind, child) not in desired_keys:
                 api_version = "v1" if kind == "Service" else "apps/v1"
-                await self.kube.delete(api_version, kind, obj.namespace, child)
+                writes.append(self.kube.delete(api_version, kind, obj.namespace, child))
+                self._applied.pop((obj.namespace, kind, child, obj.name), None)
                 outcome.deleted.append(f"{kind}/{child}")
 
         old_status = body.get("status") or {}
@@ -223,8 +287,10 @@ class Reconciler:
             )
         )
         if status != old_status:
-            await self.kube.patch_status(obj.namespace, obj.name, status)
+            writes.append(self._write_status((obj.namespace, obj.name), status))
             outcome.status_patched = True
+        # The status (BackendResolved) and the children go out together, not one after another.
+        await asyncio.gather(*writes)
         old_decision = (
             (old_status.get("resolved") or {}).get("moeBackend"),
             (old_status.get("decision") or {}).get("reason"),
@@ -241,6 +307,14 @@ class Reconciler:
                 f"{'on' if res.sequence_parallel else 'off'}; {res.message}",
             )
         return outcome
+
+    async def _apply(self, obj: ServingObject, manifest: dict[str, Any]) -> None:
+        response = await self.kube.apply(manifest)
+        metrics.APPLIES.labels(manifest["kind"]).inc()
+        if isinstance(response, dict):
+            self._applied[
+                (obj.namespace, manifest["kind"], manifest["metadata"]["name"], obj.name)
+            ] = response
 
     def _event(self, body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
         if self.post_event is not None:
