@@ -171,7 +171,7 @@ class Reconciler:
                 self.forget(key)
                 return None
             body = self._freshest(key, body)
-            live = self._merge_applied(namespace, live_of())
+            live = self._merge_applied(key, live_of())
             try:
                 outcome = await self._reconcile(body, nodes_of(), live)
             except SpecError as exc:
@@ -219,13 +219,13 @@ class Reconciler:
         return {**body, "status": status}
 
     def _merge_applied(
-        self, namespace: str, live: Mapping[ChildKey, Mapping[str, Any]]
+        self, key: tuple[str, str], live: Mapping[ChildKey, Mapping[str, Any]]
     ) -> dict[ChildKey, Mapping[str, Any]]:
-        """Live children, newer apply responses winning over lagging index entries."""
+        """This object's live children, newer apply responses winning over lagging index entries."""
         merged = dict(live)
         for cache_key, obj in list(self._applied.items()):
-            ns, kind, name, _owner = cache_key
-            if ns != namespace:
+            ns, kind, name, owner = cache_key
+            if (ns, owner) != key:
                 continue
             current = merged.get((kind, name))
             if current is None or _rv(current) < _rv(obj):

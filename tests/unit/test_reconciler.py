@@ -1,0 +1,123 @@
+"""Narrow handler unit tests of the Reconciler with a recording fake API (no kopf, no server).
+
+The real API server tests live in tests/e2e; these pin down write counts and ownership, which
+are hard to observe there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import yaml
+
+from deepseek_operator.controller.reconcile import Reconciler
+from tests.unit.factories import agent_labels, gb200_pool
+from tests.unit.factories import inventory as make_inventory
+from tests.unit.factories import node
+
+SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
+
+
+class FakeKube:
+    """Records writes; answers like the API server (resourceVersion grows)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.rv = 100
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        self.calls.append(("apply", f"{obj['kind']}/{obj['metadata']['name']}"))
+        out = copy.deepcopy(obj)
+        out["metadata"]["resourceVersion"] = str(self.rv)
+        return out
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self.calls.append(("delete", f"{kind}/{name}"))
+
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.rv += 1
+        self.calls.append(("status", name))
+        return {"metadata": {"resourceVersion": str(self.rv)}, "status": status}
+
+
+def _body(name: str) -> dict[str, Any]:
+    body = copy.deepcopy(SEED)
+    body["metadata"] = {
+        "name": name,
+        "namespace": "llm",
+        "generation": 1,
+        "uid": f"uid-{name}",
+        "resourceVersion": "10",
+    }
+    return body
+
+
+def _run(
+    rec: Reconciler, body: dict[str, Any], inv: Any, live: dict[Any, Any] | None = None
+) -> Any:
+    key = ("llm", body["metadata"]["name"])
+    return asyncio.run(rec.reconcile(key, lambda: body, lambda: inv, lambda: live or {}, "test"))
+
+
+def test_two_servings_in_one_namespace_never_touch_each_others_children() -> None:
+    kube = FakeKube()
+    events: list[str] = []
+    rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append(body["metadata"]["name"]))  # type: ignore[arg-type]
+    inv = gb200_pool()
+    a, b = _body("a"), _body("b")
+    _run(rec, a, inv)
+    _run(rec, b, inv)
+    _run(rec, a, inv)  # the watch has delivered nothing yet: index shows no children
+    _run(rec, b, inv)
+    assert not [c for c in kube.calls if c[0] == "delete"]
+    assert sorted(c for c in kube.calls if c[0] == "apply") == [
+        ("apply", "Deployment/a"), ("apply", "Deployment/b"), ("apply", "Service/a"), ("apply", "Service/b"),
+    ]  # fmt: skip
+    assert [c for c in kube.calls if c[0] == "status"] == [("status", "a"), ("status", "b")]
+    assert events == ["a", "b"]  # one decision event each, not one per reconcile
+
+
+def test_a_child_deleted_by_hand_is_applied_again() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    inv = gb200_pool()
+    a = _body("a")
+    _run(rec, a, inv)
+    rec.child_deleted("llm", "Service", "a")
+    kube.calls.clear()
+    _run(rec, a, inv)
+    assert kube.calls == [("apply", "Service/a")]
+
+
+def test_a_stale_child_of_the_same_serving_is_deleted() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    a = _body("a")
+    live = {("StatefulSet", "a-r0-n0"): {"metadata": {"name": "a-r0-n0", "resourceVersion": "5"}}}
+    _run(rec, a, gb200_pool(), live)
+    assert ("delete", "StatefulSet/a-r0-n0") in kube.calls
+
+
+def test_node_churn_keeps_the_written_decision_without_rewrites() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    a = _body("a")
+    _run(
+        rec, a, make_inventory(node("gb0", agent=agent_labels()), node("gb1", agent=agent_labels()))
+    )
+    kube.calls.clear()
+    # One tray breaks; the other still holds the EP group: same decision, status message changes.
+    _run(
+        rec,
+        a,
+        make_inventory(
+            node("gb0", agent=agent_labels(fully_connected="false")),
+            node("gb1", agent=agent_labels()),
+        ),
+    )
+    assert [c[0] for c in kube.calls] == ["status"]
