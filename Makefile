@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins bench demo clean
+.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ test: venv cluster-bins lint typecheck ## THE test command: lint, types, then un
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
 	$(BIN)/python bench/bench_core.py
+
+bench-operator: venv cluster-bins ## operator benchmark: 1,000 GPU nodes, 200 DeepSeekServings vs a no-op kopf handler (~1 min)
+	$(BIN)/python bench/bench_operator.py
 
 demo: venv ## local control plane + kwok GPU nodes + helm install + operator + example; prints `kubectl get dss` and the checks
 	$(BIN)/python hack/demo.py

@@ -14,6 +14,7 @@ structural schema prunes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -69,7 +70,7 @@ STATE = _State()
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Keep kopf's bookkeeping in annotations (the structural schema prunes unknown status)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
@@ -82,6 +83,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
+    # The Kubernetes client blocks; the default pool (cores + 4 threads) serialises bursts.
+    asyncio.get_running_loop().set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="kube")
+    )
 
 
 # --- indexes ------------------------------------------------------------------------------------

@@ -287,9 +287,10 @@ class Reconciler:
             )
         )
         if status != old_status:
-            writes.append(self._write_status((obj.namespace, obj.name), status))
+            # The decision is known before any child exists: publish it first, so users (and
+            # `kubectl get dss`) see BackendResolved without waiting for the workload writes.
+            await self._write_status((obj.namespace, obj.name), status)
             outcome.status_patched = True
-        # The status (BackendResolved) and the children go out together, not one after another.
         await asyncio.gather(*writes)
         old_decision = (
             (old_status.get("resolved") or {}).get("moeBackend"),
