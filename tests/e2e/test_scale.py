@@ -12,8 +12,8 @@ import re
 
 import pytest
 import yaml
-
 from bench.bench_operator import Rest, build_nodes, create_nodes
+
 from k8s.cluster import ControlPlane, wait_for
 from k8s.operator import OperatorProcess
 

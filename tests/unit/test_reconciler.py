@@ -11,11 +11,10 @@ import copy
 from typing import Any
 
 import yaml
+from tests.unit.factories import agent_labels, gb200_pool, node
+from tests.unit.factories import inventory as make_inventory
 
 from deepseek_operator.controller.reconcile import Reconciler
-from tests.unit.factories import agent_labels, gb200_pool
-from tests.unit.factories import inventory as make_inventory
-from tests.unit.factories import node
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
 
