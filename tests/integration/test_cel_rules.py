@@ -10,28 +10,16 @@ import pytest
 import yaml
 
 from deepseek_operator.api.rules import SPEC_RULES
-from k8s.cluster import ControlPlane, wait_for
+from k8s.cluster import ControlPlane
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-CRD_FILE = REPO / "crds" / "serving.deepseek-operator.io_deepseekservings.yaml"
 INVALID = sorted((REPO / "tests/fixtures/invalid").glob("*.yaml"))
 
 
-@pytest.fixture(scope="module")
-def crd_installed(control_plane: ControlPlane) -> ControlPlane:
-    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    control_plane.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/deepseekservings.serving.deepseek-operator.io",
-    )
-    wait_for(
-        lambda: control_plane.kubectl("get", "dss", "-A", check=False).returncode == 0,
-        timeout=30,
-        what="dss discovery",
-    )
-    return control_plane
+@pytest.fixture
+def crd_installed(crds: ControlPlane) -> ControlPlane:
+    """The control plane with our CRDs (the session ``crds`` fixture)."""
+    return crds
 
 
 def _rule_for(path: pathlib.Path) -> str:

@@ -419,6 +419,50 @@ def _check_capacity(placement: Placement, replicas: int, name: str = "Capacity")
 # --- the decision ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What every branch of the decision shares."""
+
+    spec: DeepSeekServingSpec
+    facts: ModelFacts
+    cands: Sequence[NodeFacts]
+    ep: int
+    gpp: int
+    ppr: int
+
+    def place(self, requirement: NodeRequirement) -> Placement:
+        return place(self.spec, self.cands, requirement, self.gpp, self.ppr)
+
+    def resolution(
+        self,
+        backend: str,
+        reason: str,
+        message: str,
+        runnable: bool,
+        requirement: NodeRequirement,
+        placement: Placement,
+        checks: Sequence[Check],
+        condition_reason: str | None = None,
+    ) -> Resolution:
+        return Resolution(
+            requested=self.spec.moe_backend,
+            moe_backend=backend,
+            reason=reason,
+            condition_reason=condition_reason or reason,
+            message=message,
+            backend_runnable=runnable,
+            sequence_parallel=sequence_parallel(self.spec, backend),
+            expert_parallel_size=self.ep,
+            gpus_per_pod=self.gpp,
+            pods_per_replica=self.ppr,
+            replicas=self.spec.replicas,
+            requirement=requirement,
+            placement=placement,
+            checks=tuple(checks),
+            model=self.facts,
+        )
+
+
 def resolve(
     spec: DeepSeekServingSpec,
     inventory: NodeInventory,
@@ -426,131 +470,78 @@ def resolve(
 ) -> Resolution:
     """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``."""
     requested = normalize_backend(spec.moe_backend)
-    facts = model_facts(spec.model)
-    ep = expert_parallel_size(spec)
-    gpp = gpus_per_pod(spec)
-    ppr = pods_per_replica(spec)
-    cands = candidates(spec, inventory)
+    ctx = _Context(
+        spec=spec,
+        facts=model_facts(spec.model),
+        cands=candidates(spec, inventory),
+        ep=expert_parallel_size(spec),
+        gpp=gpus_per_pod(spec),
+        ppr=pods_per_replica(spec),
+    )
     if requested == AUTO:
-        res = _resolve_auto(spec, facts, cands, ep, gpp, ppr)
+        res = _resolve_auto(ctx)
         if previous is not None and normalize_backend(previous.moe_backend) != res.moe_backend:
-            res = _keep_previous(spec, res, previous, cands, ep, gpp, ppr)
+            res = _keep_previous(ctx, res, previous)
         return res
     if requested in MEGA_MOE_BACKENDS:
-        return _resolve_explicit_mega(spec, requested, facts, cands, ep, gpp, ppr)
-    return _resolve_explicit_other(spec, requested, facts, cands, ep, gpp, ppr)
+        return _resolve_explicit_mega(ctx, requested)
+    return _resolve_explicit_other(ctx, requested)
 
 
-def _resolution(
-    spec: DeepSeekServingSpec,
-    backend: str,
-    reason: str,
-    message: str,
-    runnable: bool,
-    requirement: NodeRequirement,
-    placement: Placement,
-    checks: list[Check],
-    facts: ModelFacts,
-    ep: int,
-    gpp: int,
-    ppr: int,
-    notes: Sequence[str] = (),
-    condition_reason: str | None = None,
-) -> Resolution:
-    return Resolution(
-        requested=spec.moe_backend,
-        moe_backend=backend,
-        reason=reason,
-        condition_reason=condition_reason or reason,
-        message=message,
-        backend_runnable=runnable,
-        sequence_parallel=sequence_parallel(spec, backend),
-        expert_parallel_size=ep,
-        gpus_per_pod=gpp,
-        pods_per_replica=ppr,
-        replicas=spec.replicas,
-        requirement=requirement,
-        placement=placement,
-        checks=tuple(checks),
-        model=facts,
-        notes=tuple(notes),
-    )
-
-
-def _resolve_auto(
-    spec: DeepSeekServingSpec,
-    facts: ModelFacts,
-    cands: Sequence[NodeFacts],
-    ep: int,
-    gpp: int,
-    ppr: int,
-) -> Resolution:
+def _resolve_auto(ctx: _Context) -> Resolution:
+    spec, facts = ctx.spec, ctx.facts
     mega_req = NodeRequirement(Requirement.MEGA_MOE)
-    mega_place = place(spec, cands, mega_req, gpp, ppr)
-    sm100 = [n for n in cands if n.is_sm100]
+    mega_place = ctx.place(mega_req)
+    sm100 = [n for n in ctx.cands if n.is_sm100]
     checks = [
         _check_architecture(facts),
-        _check_gpu_architecture(cands, "R3"),
+        _check_gpu_architecture(ctx.cands, "R3"),
         _check_deep_gemm(spec),
         _check_expert_dtype(facts, "R5"),
         _check_routing(facts, "R6"),
-        _check_dimensions(facts, spec, ep, "R7"),
-        _check_expert_parallel(spec, ep, "R8", need_two=True),
+        _check_dimensions(facts, spec, ctx.ep, "R7"),
+        _check_expert_parallel(spec, ctx.ep, "R8", need_two=True),
         *_checks_layout(spec),
-        _check_nvlink(sm100, mega_place, gpp),
+        _check_nvlink(sm100, mega_place, ctx.gpp),
         _check_capacity(mega_place, spec.replicas, "MegaMoECapacity"),
     ]
     failed = [c for c in checks if not c.passed]
     if not failed:
-        return _resolution(
-            spec,
-            DEEP_GEMM_MEGA_MOE,
-            REASON_MEGA_MOE_SELECTED,
+        message = (
             f"auto resolved to deep_gemm_mega_moe: all {len(checks)} checks passed; pods pinned "
             f"to the {len(mega_place.eligible)} SM100 fully NVLink-connected node(s)"
-            + _not_eligible_note(sm100, mega_place),
+            + _not_eligible_note(sm100, mega_place)
+        )
+        return ctx.resolution(
+            DEEP_GEMM_MEGA_MOE,
+            REASON_MEGA_MOE_SELECTED,
+            message,
             True,
             mega_req,
             mega_place,
             checks,
-            facts,
-            ep,
-            gpp,
-            ppr,
         )
     any_req = NodeRequirement(Requirement.ANY_GPU)
     first = failed[0]
-    return _resolution(
-        spec,
+    message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
+    return ctx.resolution(
         AUTO,
         failed_reason(first.name),
-        f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}",
+        message,
         True,
         any_req,
-        place(spec, cands, any_req, gpp, ppr),
+        ctx.place(any_req),
         checks,
-        facts,
-        ep,
-        gpp,
-        ppr,
         condition_reason=REASON_KEPT_AUTO,
     )
 
 
-def _keep_previous(
-    spec: DeepSeekServingSpec,
-    fresh: Resolution,
-    previous: PreviousDecision,
-    cands: Sequence[NodeFacts],
-    ep: int,
-    gpp: int,
-    ppr: int,
-) -> Resolution:
+def _keep_previous(ctx: _Context, fresh: Resolution, previous: PreviousDecision) -> Resolution:
+    """Stability (design.md §3): node churn never restarts serving pods."""
     prev_backend = normalize_backend(previous.moe_backend)
-    req = NodeRequirement(
-        Requirement.MEGA_MOE if prev_backend == DEEP_GEMM_MEGA_MOE else Requirement.ANY_GPU
-    )
-    prev_place = place(spec, cands, req, gpp, ppr)
+    was_mega = prev_backend == DEEP_GEMM_MEGA_MOE
+    req = NodeRequirement(Requirement.MEGA_MOE if was_mega else Requirement.ANY_GPU)
+    prev_place = ctx.place(req)
     if not prev_place.eligible and not previous.serving:
         note = (
             f"the previous decision {prev_backend} has no eligible node left and no replica is "
@@ -565,27 +556,13 @@ def _keep_previous(
             "a spec change re-decides"
         )
         reason = previous.reason or fresh.reason
-        cond_reason = (
-            REASON_MEGA_MOE_SELECTED if prev_backend == DEEP_GEMM_MEGA_MOE else REASON_KEPT_AUTO
-        )
-        return replace(
-            fresh,
-            moe_backend=prev_backend,
-            reason=reason,
-            condition_reason=cond_reason,
-            message=f"{prev_backend} kept: {note}",
-            requirement=req,
-            placement=prev_place,
-            sequence_parallel=sequence_parallel(spec, prev_backend),
-            notes=(note,),
-        )
-    if prev_backend == DEEP_GEMM_MEGA_MOE:
+    elif was_mega:
         note = (
             f"node changes: {fresh.reason} now ({fresh.message.split(': ', 1)[-1]}); the running "
             f"deep_gemm_mega_moe is kept because {len(prev_place.eligible)} eligible node(s) "
             "remain; a spec change re-decides"
         )
-        reason = cond_reason = REASON_MEGA_MOE_SELECTED
+        reason = REASON_MEGA_MOE_SELECTED
     else:
         note = (
             f"node changes: deep_gemm_mega_moe has become possible on {len(fresh.eligible_nodes)} "
@@ -593,119 +570,88 @@ def _keep_previous(
             "change re-decides"
         )
         reason = previous.reason or REASON_KEPT_AUTO
-        cond_reason = REASON_KEPT_AUTO
     return replace(
         fresh,
         moe_backend=prev_backend,
         reason=reason,
-        condition_reason=cond_reason,
+        condition_reason=REASON_MEGA_MOE_SELECTED if was_mega else REASON_KEPT_AUTO,
         message=f"{prev_backend} kept: {note}",
         requirement=req,
         placement=prev_place,
-        sequence_parallel=sequence_parallel(spec, prev_backend),
+        sequence_parallel=sequence_parallel(ctx.spec, prev_backend),
         notes=(note,),
     )
 
 
-def _resolve_explicit_mega(
-    spec: DeepSeekServingSpec,
-    backend: str,
-    facts: ModelFacts,
-    cands: Sequence[NodeFacts],
-    ep: int,
-    gpp: int,
-    ppr: int,
-) -> Resolution:
+def _resolve_explicit_mega(ctx: _Context, backend: str) -> Resolution:
+    spec, facts, cands = ctx.spec, ctx.facts, ctx.cands
     cutedsl = backend == FLASHINFER_MOE_EP_MEGA_CUTEDSL
     req = NodeRequirement(Requirement.CC_AT_LEAST_10 if cutedsl else Requirement.SM100)
     checks = [
-        _check_expert_parallel(spec, ep, "A1", need_two=False),
+        _check_expert_parallel(spec, ctx.ep, "A1", need_two=False),
         _check_routing(facts, "A2"),
         _check_expert_dtype(facts, "A3"),
     ]
     if cutedsl:
-        ok = [n for n in cands if n.cc is not None and n.cc >= (10, 0)]
+        ok = [n for n in cands if req.admits(n)]
+        vllm = f". vLLM: moe_backend={backend} requires compute capability 10.0+ (the mega kernels are Blackwell-only)"
         checks.append(
             _check(
                 "GPUArchitecture",
                 "A9",
                 bool(ok),
                 f"{len(ok)}/{len(cands)} candidate nodes have compute capability >= 10.0"
-                + (
-                    ""
-                    if ok
-                    else f". vLLM: moe_backend={backend} requires compute capability 10.0+ (the mega kernels are Blackwell-only)"
-                ),
+                + ("" if ok else vllm),
             )
         )
     else:
         checks.append(_check_gpu_architecture(cands, "A4", VLLM_SM100_ONLY))
-    checks.append(_check_dimensions(facts, spec, ep, "A5/A6"))
+    checks.append(_check_dimensions(facts, spec, ctx.ep, "A5/A6"))
     if backend in FLASHINFER_MOE_EP_BACKENDS:
         arch = facts.architecture
+        supported = arch in FLASHINFER_MOE_EP_ARCHITECTURES
+        vllm = (
+            f". vLLM: moe_backend={backend} is only supported for DeepSeek-V4 models "
+            f"({sorted(FLASHINFER_MOE_EP_ARCHITECTURES)}), but the model is [{arch!r}]."
+        )
         checks.append(
             _check(
                 "FlashInferArchitecture",
                 "A9",
-                arch in FLASHINFER_MOE_EP_ARCHITECTURES,
-                f"architecture {arch}"
-                + (
-                    ""
-                    if arch in FLASHINFER_MOE_EP_ARCHITECTURES
-                    else f". vLLM: moe_backend={backend} is only supported for DeepSeek-V4 models "
-                    f"({sorted(FLASHINFER_MOE_EP_ARCHITECTURES)}), but the model is [{arch!r}]."
-                ),
+                supported,
+                f"architecture {arch}" + ("" if supported else vllm),
             )
         )
     checks.append(_check_cuda(spec, "A10"))
+    # A guard that no node can satisfy pins the pods to no node; a node guard pins to its nodes.
     spec_failed = [c for c in checks if not c.passed and c.name != "GPUArchitecture"]
     node_req = NodeRequirement(Requirement.NONE, reason=spec_failed[0].name) if spec_failed else req
-    placement = place(spec, cands, node_req, gpp, ppr)
+    placement = ctx.place(node_req)
     sm100 = [n for n in cands if n.is_sm100]
-    nvlink_info = _check_nvlink(
-        sm100, place(spec, cands, NodeRequirement(Requirement.MEGA_MOE), gpp, ppr), gpp
-    )
+    nvlink = _check_nvlink(sm100, ctx.place(NodeRequirement(Requirement.MEGA_MOE)), ctx.gpp)
     checks.append(
-        Check(
-            name="NVLinkFullyConnected",
-            rule="info",
-            passed=nvlink_info.passed,
-            message=nvlink_info.message + " (not enforced for an explicit backend)",
+        nvlink.model_copy(
+            update={
+                "rule": "info",
+                "message": nvlink.message + " (not enforced for an explicit backend)",
+            }
         )
     )
     checks.append(_check_capacity(placement, spec.replicas))
     failed = [c for c in checks if not c.passed and c.rule not in ("info", "placement")]
     if failed:
         first = failed[0]
-        return _resolution(
-            spec,
-            backend,
-            failed_reason(first.name),
+        message = (
             f"explicit {backend} cannot run: {first.name} failed: {first.message}; pods are "
-            "pinned so they stay Pending instead of crashing after loading weights",
-            False,
-            node_req,
-            placement,
-            checks,
-            facts,
-            ep,
-            gpp,
-            ppr,
+            "pinned so they stay Pending instead of crashing after loading weights"
         )
-    return _resolution(
-        spec,
-        backend,
-        REASON_EXPLICIT,
-        f"explicit {backend} kept; vLLM's MegaMoE guards hold on {len(placement.eligible)} node(s)",
-        True,
-        node_req,
-        placement,
-        checks,
-        facts,
-        ep,
-        gpp,
-        ppr,
+        return ctx.resolution(
+            backend, failed_reason(first.name), message, False, node_req, placement, checks
+        )
+    message = (
+        f"explicit {backend} kept; vLLM's MegaMoE guards hold on {len(placement.eligible)} node(s)"
     )
+    return ctx.resolution(backend, REASON_EXPLICIT, message, True, node_req, placement, checks)
 
 
 def _check_cuda(spec: DeepSeekServingSpec, rule: str) -> Check:
@@ -719,64 +665,26 @@ def _check_cuda(spec: DeepSeekServingSpec, rule: str) -> Check:
     )
 
 
-def _resolve_explicit_other(
-    spec: DeepSeekServingSpec,
-    backend: str,
-    facts: ModelFacts,
-    cands: Sequence[NodeFacts],
-    ep: int,
-    gpp: int,
-    ppr: int,
-) -> Resolution:
-    checks: list[Check] = []
-    if facts.expert_dtype == "fp4":
+def _resolve_explicit_other(ctx: _Context, backend: str) -> Resolution:
+    if ctx.facts.expert_dtype == "fp4":
         ok = backend in MXFP4_EXPLICIT_BACKENDS
-        checks.append(
-            _check(
-                "MXFP4Backend",
-                "oracle",
-                ok,
-                f"{backend} is in the MXFP4 oracle's map"
-                if ok
-                else f"vLLM: moe_backend={backend!r} is not supported for MXFP4 MoE. Expected one of {sorted(MXFP4_EXPLICIT_BACKENDS)}.",
-            )
+        vllm = f"vLLM: moe_backend={backend!r} is not supported for MXFP4 MoE. Expected one of {sorted(MXFP4_EXPLICIT_BACKENDS)}."
+        check = _check(
+            "MXFP4Backend", "oracle", ok, f"{backend} is in the MXFP4 oracle's map" if ok else vllm
         )
     else:
-        checks.append(_check("ExplicitBackend", "R1", True, f"{backend} kept verbatim"))
-    failed = [c for c in checks if not c.passed]
-    req = (
-        NodeRequirement(Requirement.NONE, reason=failed[0].name)
-        if failed
-        else NodeRequirement(Requirement.ANY_GPU)
-    )
-    placement = place(spec, cands, req, gpp, ppr)
-    checks.append(_check_capacity(placement, spec.replicas))
-    if failed:
-        return _resolution(
-            spec,
-            backend,
-            failed_reason(failed[0].name),
-            f"explicit {backend} cannot run: {failed[0].message}",
-            False,
-            req,
-            placement,
-            checks,
-            facts,
-            ep,
-            gpp,
-            ppr,
+        check = _check("ExplicitBackend", "R1", True, f"{backend} kept verbatim")
+    if not check.passed:
+        req = NodeRequirement(Requirement.NONE, reason=check.name)
+        placement = ctx.place(req)
+        checks = [check, _check_capacity(placement, ctx.spec.replicas)]
+        message = f"explicit {backend} cannot run: {check.message}"
+        return ctx.resolution(
+            backend, failed_reason(check.name), message, False, req, placement, checks
         )
-    return _resolution(
-        spec,
-        backend,
-        REASON_EXPLICIT,
-        f"explicit {backend} kept verbatim",
-        True,
-        req,
-        placement,
-        checks,
-        facts,
-        ep,
-        gpp,
-        ppr,
+    req = NodeRequirement(Requirement.ANY_GPU)
+    placement = ctx.place(req)
+    checks = [check, _check_capacity(placement, ctx.spec.replicas)]
+    return ctx.resolution(
+        backend, REASON_EXPLICIT, f"explicit {backend} kept verbatim", True, req, placement, checks
     )
