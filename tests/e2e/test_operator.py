@@ -265,7 +265,7 @@ def test_explicit_mega_on_hopper_is_pending_not_crashing_and_fixing_the_spec_cle
         namespace,
         "--type=merge",
         "-p",
-        '{"spec":{"moeBackend":"auto"}}',
+        '{"spec":{"moeBackend":"auto","parallelism":{"tensorParallelSize":8}}}',
     )
     obj = _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     assert _condition(obj, "BackendResolved")["status"] == "True"

@@ -108,12 +108,16 @@ def test_deployment_pod_template_for_mega_moe() -> None:
     )
 
 
-def test_kept_auto_has_no_gpu_affinity_and_user_resources_are_kept() -> None:
+def test_kept_auto_pins_only_by_gpu_memory_and_user_resources_are_kept() -> None:
     obj = _obj(resources={"requests": {"cpu": "16", "memory": "256Gi"}}, nodeSelector={"pool": "a"})
     res = resolve(obj.spec, inventory(node("h0", "NVIDIA-H200", labels={"pool": "a"})))
     deploy = render_objects(obj, res)[0]
     pod = deploy["spec"]["template"]["spec"]
-    assert "affinity" not in pod
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    assert keys == {"gpu.deepseek-operator.io/memory-mib", "nvidia.com/gpu.memory"}
     assert pod["nodeSelector"] == {"pool": "a"}
     assert pod["containers"][0]["resources"]["requests"] == {
         "cpu": "16",
@@ -122,41 +126,51 @@ def test_kept_auto_has_no_gpu_affinity_and_user_resources_are_kept() -> None:
     }
 
 
-def test_unrunnable_explicit_backend_pins_pods_to_no_node() -> None:
+def test_v41_on_four_h200_gpus_does_not_fit_and_says_so() -> None:
+    # vLLM recipe: 614 GB; 4 x 143771 MiB = 603 GB is too little, 8 GPUs of an HGX H200 fit.
+    h200 = {"nvidia.com/gpu.memory": "143771"}
+    res = resolve(spec(), inventory(node("h0", "NVIDIA-H200", labels=h200)))
+    assert not res.placement.placeable
+    assert "below the 146390 MiB per GPU" in res.placement.message
+    res8 = resolve(
+        spec(parallelism={"tensorParallelSize": 8}),
+        inventory(node("h0", "NVIDIA-H200", labels=h200)),
+    )
+    assert res8.placement.placeable and res8.eligible_nodes == ("h0",)
+
+
+def test_unrunnable_explicit_backend_pins_pods_off_every_candidate() -> None:
+    from deepseek_operator.render.affinity import node_matches
+
     obj = _obj(moeBackend="deep_gemm_mega_moe")
-    res = resolve(obj.spec, inventory(node("h0", "NVIDIA-H200")))
+    h200 = node("h0", "NVIDIA-H200")
+    res = resolve(obj.spec, inventory(h200))
     pod = render_objects(obj, res)[0]["spec"]["template"]["spec"]
-    exprs = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+    terms = [
+        t["matchExpressions"]
+        for t in pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+    ]
+    assert not node_matches(h200["metadata"]["labels"], terms)
+    assert node_matches(node("gb", "NVIDIA-GB200")["metadata"]["labels"], terms)
+    fp8 = _obj(
+        moeBackend="deep_gemm_mega_moe", model={"name": "deepseek-ai/DeepSeek-V4-Flash-Base"}
+    )
+    none = render_objects(fp8, resolve(fp8.spec, gb200_pool()))[0]["spec"]["template"]["spec"]
+    exprs = none["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
     assert exprs == [
         {
             "matchExpressions": [
-                {"key": "gpu.deepseek-operator.io/sm-family", "operator": "In", "values": ["sm100"]}
-            ]
-        },
-        {
-            "matchExpressions": [
-                {"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"},
-                {"key": "nvidia.com/gpu.compute.major", "operator": "In", "values": ["10"]},
-            ]
-        },
-        {
-            "matchExpressions": [
-                {"key": "gpu.deepseek-operator.io/sm-family", "operator": "DoesNotExist"},
-                {"key": "nvidia.com/gpu.compute.major", "operator": "DoesNotExist"},
                 {
-                    "key": "nvidia.com/gpu.product",
+                    "key": "serving.deepseek-operator.io/backend-unrunnable",
                     "operator": "In",
-                    "values": [
-                        "NVIDIA-GB200",
-                        "NVIDIA-B200",
-                        "NVIDIA-GB300",
-                        "NVIDIA-B300-SXM6-AC",
-                    ],
-                },
+                    "values": ["ExpertDtype"],
+                }
             ]
-        },
+        }
     ]
 
 

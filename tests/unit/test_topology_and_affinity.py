@@ -83,6 +83,8 @@ PRODUCT = [
     "NVIDIA-GB200-SHARED",
 ]
 NVLINK = [None, "true", "false", "unknown"]
+AGENT_MEMORY = [None, "189471", "143771", "garbage"]
+GFD_MEMORY = [None, "150000", "81559"]
 
 
 def _label_sets() -> list[dict[str, str]]:
@@ -106,13 +108,21 @@ def _label_sets() -> list[dict[str, str]]:
 @pytest.mark.parametrize(
     "requirement",
     [
-        NodeRequirement(Requirement.MEGA_MOE),
-        NodeRequirement(Requirement.SM100),
-        NodeRequirement(Requirement.CC_AT_LEAST_10),
-        NodeRequirement(Requirement.ANY_GPU),
+        *(
+            NodeRequirement(kind, min_gpu_memory_mib=memory)
+            for kind in (
+                Requirement.MEGA_MOE,
+                Requirement.SM100,
+                Requirement.CC_AT_LEAST_10,
+                Requirement.ANY_GPU,
+            )
+            for memory in (0, 145529)
+        ),
         NodeRequirement(Requirement.NONE, "X"),
     ],
-    ids=lambda r: f"affinity for {r.kind.value} admits exactly the engine's nodes",
+    ids=lambda r: (
+        f"affinity for {r.kind.value} (min {r.min_gpu_memory_mib} MiB) admits exactly the engine's nodes"
+    ),
 )
 def test_affinity_admits_exactly_the_nodes_the_engine_admits(requirement: NodeRequirement) -> None:
     terms = affinity_terms(requirement)

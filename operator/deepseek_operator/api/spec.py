@@ -59,6 +59,9 @@ class ModelSpec(ApiModel):
     num_routed_experts: int | None = Field(default=None, ge=1)
     """Number of routed experts (n_routed_experts); must be divisible by the expert-parallel size for MegaMoE."""
 
+    vram_minimum_gb: int | None = Field(default=None, ge=0)
+    """GPU memory one serving replica needs in total, in GB (10^9 bytes): the vLLM recipe's vram_minimum_gb (614 for V4.1-Flash). Pods go only to nodes whose GPUs hold it; 0 turns the check off. Filled from the catalog for known checkpoints."""
+
     num_draft_routed_experts: int | None = Field(default=None, ge=1)
     """Routed experts of the speculative draft layers (128 for V4.1's DSpark); must also be divisible by the expert-parallel size when speculative decoding is on."""
 

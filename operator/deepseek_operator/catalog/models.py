@@ -23,6 +23,7 @@ class CheckpointFacts:
     num_routed_experts: int
     num_draft_routed_experts: int | None
     min_vllm: str
+    vram_minimum_gb: int | None = None  # the vLLM recipe's vram_minimum_gb (total per replica)
     note: str = ""
 
 
@@ -43,6 +44,7 @@ CHECKPOINTS: tuple[CheckpointFacts, ...] = (
         num_routed_experts=256,
         num_draft_routed_experts=256,
         min_vllm="0.20.0",
+        vram_minimum_gb=170,  # recipe DeepSeek-V4-Flash.yaml `vram_minimum_gb: 170`
     ),
     # vllm-rules.md §2A A3: V4-Flash-Base stores expert_dtype="fp8", so MegaMoE rejects it.
     CheckpointFacts(
@@ -82,6 +84,9 @@ CHECKPOINTS: tuple[CheckpointFacts, ...] = (
         num_routed_experts=384,
         num_draft_routed_experts=128,
         min_vllm="0.30.0",
+        # recipe DeepSeek-V4.1-Flash.yaml `vram_minimum_gb: 614` (checkpoint x 1.2): "fits one
+        # GB200 NVL4 tray (768 GB) at TP4, or one 8-GPU H200 node".
+        vram_minimum_gb=614,
     ),
 )
 

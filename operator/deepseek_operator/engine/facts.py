@@ -15,6 +15,7 @@ _FACT_FIELDS = (
     "moe_intermediate_size",
     "num_routed_experts",
     "num_draft_routed_experts",
+    "vram_minimum_gb",
 )
 
 
@@ -31,6 +32,7 @@ class ModelFacts:
     moe_intermediate_size: int | None = None
     num_routed_experts: int | None = None
     num_draft_routed_experts: int | None = None
+    vram_minimum_gb: int | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def source(self, fact: str) -> str:

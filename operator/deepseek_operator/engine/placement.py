@@ -36,6 +36,9 @@ class NodeRequirement:
 
     kind: Requirement
     reason: str = ""
+    # Per-GPU memory a pod needs (MiB); 0 = no memory check. Nodes whose memory labels are
+    # absent are admitted (nothing to check against), exactly as the affinity terms do.
+    min_gpu_memory_mib: int = 0
 
     def admits(self, node: NodeFacts) -> bool:
         """Whether the decision holds on ``node`` (GPU count aside)."""
@@ -44,10 +47,16 @@ class NodeRequirement:
     def why_not(self, node: NodeFacts) -> str:
         """Empty when admitted, else what the node lacks."""
         kind = self.kind
-        if kind is Requirement.ANY_GPU:
-            return ""
         if kind is Requirement.NONE:
             return f"backend cannot run ({self.reason} failed)"
+        memory = node.gpu_memory_mib
+        if self.min_gpu_memory_mib and memory is not None and memory < self.min_gpu_memory_mib:
+            return (
+                f"GPU memory {memory} MiB ({node.memory_source}) below the "
+                f"{self.min_gpu_memory_mib} MiB per GPU the checkpoint needs"
+            )
+        if kind is Requirement.ANY_GPU:
+            return ""
         if kind is Requirement.CC_AT_LEAST_10:
             if node.family not in CC10_PLUS_FAMILIES:
                 return f"compute capability {node.cc_text} below 10.0"

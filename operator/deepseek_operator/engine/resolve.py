@@ -429,6 +429,11 @@ class _Context:
     ep: int
     gpp: int
     ppr: int
+    min_mib: int
+
+    def req(self, kind: Requirement, reason: str = "") -> NodeRequirement:
+        """A node requirement that also carries the per-GPU memory the checkpoint needs."""
+        return NodeRequirement(kind, reason=reason, min_gpu_memory_mib=self.min_mib)
 
     def place(self, requirement: NodeRequirement) -> Placement:
         return place(self.spec, self.cands, requirement, self.gpp, self.ppr)
@@ -470,13 +475,16 @@ def resolve(
 ) -> Resolution:
     """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``."""
     requested = normalize_backend(spec.moe_backend)
+    facts = model_facts(spec.model)
+    gpp, ppr = gpus_per_pod(spec), pods_per_replica(spec)
     ctx = _Context(
         spec=spec,
-        facts=model_facts(spec.model),
+        facts=facts,
         cands=candidates(spec, inventory),
         ep=expert_parallel_size(spec),
-        gpp=gpus_per_pod(spec),
-        ppr=pods_per_replica(spec),
+        gpp=gpp,
+        ppr=ppr,
+        min_mib=min_gpu_memory_mib(facts.vram_minimum_gb, gpp * ppr),
     )
     if requested == AUTO:
         res = _resolve_auto(ctx)
@@ -490,7 +498,7 @@ def resolve(
 
 def _resolve_auto(ctx: _Context) -> Resolution:
     spec, facts = ctx.spec, ctx.facts
-    mega_req = NodeRequirement(Requirement.MEGA_MOE)
+    mega_req = ctx.req(Requirement.MEGA_MOE)
     mega_place = ctx.place(mega_req)
     sm100 = [n for n in ctx.cands if n.is_sm100]
     checks = [
@@ -503,6 +511,7 @@ def _resolve_auto(ctx: _Context) -> Resolution:
         _check_expert_parallel(spec, ctx.ep, "R8", need_two=True),
         *_checks_layout(spec),
         _check_nvlink(sm100, mega_place, ctx.gpp),
+        _check_memory(ctx),
         _check_capacity(mega_place, spec.replicas, "MegaMoECapacity"),
     ]
     failed = [c for c in checks if not c.passed]
@@ -521,7 +530,7 @@ def _resolve_auto(ctx: _Context) -> Resolution:
             mega_place,
             checks,
         )
-    any_req = NodeRequirement(Requirement.ANY_GPU)
+    any_req = ctx.req(Requirement.ANY_GPU)
     first = failed[0]
     message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
     return ctx.resolution(
@@ -540,7 +549,7 @@ def _keep_previous(ctx: _Context, fresh: Resolution, previous: PreviousDecision)
     """Stability (design.md §3): node churn never restarts serving pods."""
     prev_backend = normalize_backend(previous.moe_backend)
     was_mega = prev_backend == DEEP_GEMM_MEGA_MOE
-    req = NodeRequirement(Requirement.MEGA_MOE if was_mega else Requirement.ANY_GPU)
+    req = ctx.req(Requirement.MEGA_MOE if was_mega else Requirement.ANY_GPU)
     prev_place = ctx.place(req)
     if not prev_place.eligible and not previous.serving:
         note = (
@@ -586,7 +595,7 @@ def _keep_previous(ctx: _Context, fresh: Resolution, previous: PreviousDecision)
 def _resolve_explicit_mega(ctx: _Context, backend: str) -> Resolution:
     spec, facts, cands = ctx.spec, ctx.facts, ctx.cands
     cutedsl = backend == FLASHINFER_MOE_EP_MEGA_CUTEDSL
-    req = NodeRequirement(Requirement.CC_AT_LEAST_10 if cutedsl else Requirement.SM100)
+    req = ctx.req(Requirement.CC_AT_LEAST_10 if cutedsl else Requirement.SM100)
     checks = [
         _check_expert_parallel(spec, ctx.ep, "A1", need_two=False),
         _check_routing(facts, "A2"),
@@ -623,12 +632,13 @@ def _resolve_explicit_mega(ctx: _Context, backend: str) -> Resolution:
             )
         )
     checks.append(_check_cuda(spec, "A10"))
+    checks.append(_check_memory(ctx))
     # A guard that no node can satisfy pins the pods to no node; a node guard pins to its nodes.
-    spec_failed = [c for c in checks if not c.passed and c.name != "GPUArchitecture"]
-    node_req = NodeRequirement(Requirement.NONE, reason=spec_failed[0].name) if spec_failed else req
+    spec_failed = [c for c in checks if not c.passed and c.name not in _NODE_CHECKS]
+    node_req = ctx.req(Requirement.NONE, spec_failed[0].name) if spec_failed else req
     placement = ctx.place(node_req)
     sm100 = [n for n in cands if n.is_sm100]
-    nvlink = _check_nvlink(sm100, ctx.place(NodeRequirement(Requirement.MEGA_MOE)), ctx.gpp)
+    nvlink = _check_nvlink(sm100, ctx.place(ctx.req(Requirement.MEGA_MOE)), ctx.gpp)
     checks.append(
         nvlink.model_copy(
             update={
@@ -654,6 +664,38 @@ def _resolve_explicit_mega(ctx: _Context, backend: str) -> Resolution:
     return ctx.resolution(backend, REASON_EXPLICIT, message, True, node_req, placement, checks)
 
 
+# Checks whose failure depends on the nodes (the pods are pinned to where they hold).
+_NODE_CHECKS = ("GPUArchitecture", "GPUMemory")
+
+
+def min_gpu_memory_mib(vram_minimum_gb: int | None, gpus_per_replica: int) -> int:
+    """Per-GPU memory (MiB) for ``vram_minimum_gb`` GB spread over a replica's GPUs; 0 = no check."""
+    if not vram_minimum_gb:
+        return 0
+    return -(-vram_minimum_gb * 10**9 // (gpus_per_replica * 2**20))
+
+
+def _check_memory(ctx: _Context) -> Check:
+    if not ctx.min_mib:
+        return _check(
+            "GPUMemory",
+            "fit",
+            True,
+            "no GPU memory minimum known for this checkpoint (spec.model.vramMinimumGB)",
+        )
+    need = ctx.req(Requirement.ANY_GPU)
+    fits = [n for n in ctx.cands if need.admits(n)]
+    unknown = [n.name for n in fits if n.gpu_memory_mib is None]
+    message = (
+        f"{len(fits)}/{len(ctx.cands)} candidate nodes have at least {ctx.min_mib} MiB per GPU "
+        f"({ctx.facts.vram_minimum_gb} GB for the replica over {ctx.gpp * ctx.ppr} GPUs, "
+        f"{ctx.facts.source('vram_minimum_gb')})"
+    )
+    if unknown:
+        message += f"; memory unknown (no label), admitted: {_names(unknown)}"
+    return _check("GPUMemory", "fit", bool(fits), message)
+
+
 def _check_cuda(spec: DeepSeekServingSpec, rule: str) -> Check:
     rocm = spec.gpu_resource_name.startswith("amd.com/")
     return _check(
@@ -675,14 +717,14 @@ def _resolve_explicit_other(ctx: _Context, backend: str) -> Resolution:
     else:
         check = _check("ExplicitBackend", "R1", True, f"{backend} kept verbatim")
     if not check.passed:
-        req = NodeRequirement(Requirement.NONE, reason=check.name)
+        req = ctx.req(Requirement.NONE, check.name)
         placement = ctx.place(req)
         checks = [check, _check_capacity(placement, ctx.spec.replicas)]
         message = f"explicit {backend} cannot run: {check.message}"
         return ctx.resolution(
             backend, failed_reason(check.name), message, False, req, placement, checks
         )
-    req = NodeRequirement(Requirement.ANY_GPU)
+    req = ctx.req(Requirement.ANY_GPU)
     placement = ctx.place(req)
     checks = [check, _check_capacity(placement, ctx.spec.replicas)]
     return ctx.resolution(

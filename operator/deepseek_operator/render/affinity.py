@@ -61,24 +61,45 @@ def _conjoin(left: Term, right: Term) -> Term | None:
     return list(merged.values())
 
 
-def affinity_terms(requirement: NodeRequirement) -> list[Term] | None:
-    """``nodeSelectorTerms`` (ORed) for ``requirement``; None when any GPU node will do."""
-    kind = requirement.kind
+def _memory_terms(min_mib: int) -> list[Term]:
+    above = str(min_mib - 1)  # `Gt` is strict; nodes with exactly the minimum fit
+    return [
+        [{"key": L.AGENT_MEMORY_MIB, "operator": "Gt", "values": [above]}],
+        [_absent(L.AGENT_MEMORY_MIB), {"key": L.GFD_MEMORY, "operator": "Gt", "values": [above]}],
+        [_absent(L.AGENT_MEMORY_MIB), _absent(L.GFD_MEMORY)],
+    ]
+
+
+def _product(left: list[Term], right: list[Term]) -> list[Term]:
+    """AND of two ORed term lists, dropping contradictions."""
+    terms = []
+    for a in left:
+        for b in right:
+            joined = _conjoin(a, b)
+            if joined is not None:
+                terms.append(joined)
+    return terms
+
+
+def _kind_terms(kind: Requirement) -> list[Term] | None:
     if kind is Requirement.ANY_GPU:
         return None
-    if kind is Requirement.NONE:
-        return [[_in(UNRUNNABLE_KEY, [requirement.reason or "unknown"])]]
     if kind is Requirement.CC_AT_LEAST_10:
         return _family_terms(CC10_PLUS_FAMILIES, [f[2:-1] for f in CC10_PLUS_FAMILIES])
     sm100 = _family_terms([SM100], ["10"])
     if kind is Requirement.SM100:
         return sm100
-    terms = []
-    for a in sm100:
-        for b in _nvlink_terms():
-            joined = _conjoin(a, b)
-            if joined is not None:
-                terms.append(joined)
+    return _product(sm100, _nvlink_terms())
+
+
+def affinity_terms(requirement: NodeRequirement) -> list[Term] | None:
+    """``nodeSelectorTerms`` (ORed) for ``requirement``; None when any GPU node will do."""
+    if requirement.kind is Requirement.NONE:
+        return [[_in(UNRUNNABLE_KEY, [requirement.reason or "unknown"])]]
+    terms = _kind_terms(requirement.kind)
+    if requirement.min_gpu_memory_mib:
+        memory = _memory_terms(requirement.min_gpu_memory_mib)
+        terms = memory if terms is None else _product(terms, memory)
     return terms
 
 
@@ -106,6 +127,12 @@ def _expr_matches(labels: Mapping[str, str], expr: Expr) -> bool:
         return key in labels
     if op == "DoesNotExist":
         return key not in labels
+    if op in ("Gt", "Lt"):
+        try:
+            value, bound = int(labels[key]), int(expr["values"][0])
+        except (KeyError, ValueError):
+            return False
+        return value > bound if op == "Gt" else value < bound
     raise ValueError(f"unsupported operator {op}")
 
 

@@ -78,6 +78,8 @@ class NodeFacts:
     nvlink_domain_size: int | None = None
     agent_present: bool = False
     mnnvl_clique: str | None = None
+    gpu_memory_mib: int | None = None
+    memory_source: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -183,6 +185,14 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     elif gfd_product in INFERRED_NVLINK_PRODUCTS:
         nvlink, nvlink_source = True, SOURCE_PRODUCT
     domain = _int(labels.get(L.AGENT_NVLINK_DOMAIN_SIZE, ""))
+    # Per-GPU memory, MiB: the agent's measurement, else GFD's (the same precedence as affinity).
+    memory: int | None = None
+    memory_source: str | None = None
+    # An unparsable value counts as 0, as a `Gt` node-selector requirement would not match it.
+    if L.AGENT_MEMORY_MIB in labels:
+        memory, memory_source = _int(labels[L.AGENT_MEMORY_MIB]) or 0, SOURCE_AGENT
+    elif L.GFD_MEMORY in labels:
+        memory, memory_source = _int(labels[L.GFD_MEMORY]) or 0, SOURCE_GFD
 
     return NodeFacts(
         name=str(meta.get("name", "")),
@@ -201,6 +211,8 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         nvlink_domain_size=domain,
         agent_present=agent_present,
         mnnvl_clique=labels.get(L.AGENT_MNNVL_CLIQUE) or labels.get(L.GFD_CLIQUE),
+        gpu_memory_mib=memory,
+        memory_source=memory_source,
     )
 
 
