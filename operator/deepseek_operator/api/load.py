@@ -6,7 +6,7 @@ Every failure becomes a :class:`~deepseek_operator.api.errors.SpecError` naming 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,7 +25,6 @@ class ServingObject:
     spec: DeepSeekServingSpec
     generation: int = 1
     uid: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -89,5 +88,4 @@ def parse_serving(obj: Any) -> ServingObject:
         spec=spec,
         generation=int(meta.get("generation") or 1),
         uid=str(meta.get("uid") or ""),
-        labels=dict(meta.get("labels") or {}),
     )

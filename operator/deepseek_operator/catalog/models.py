@@ -24,7 +24,6 @@ class CheckpointFacts:
     num_draft_routed_experts: int | None
     min_vllm: str
     vram_minimum_gb: int | None = None  # the vLLM recipe's vram_minimum_gb (total per replica)
-    note: str = ""
 
 
 V4_ARCH = "DeepseekV4ForCausalLM"

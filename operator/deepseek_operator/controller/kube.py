@@ -29,7 +29,6 @@ class KubeClient:
     def __init__(self) -> None:
         self._api: Any = None
         self._lock = threading.Lock()
-        self.requests = 0  # API requests issued (for the benchmark)
 
     def _client(self) -> Any:
         with self._lock:
@@ -53,7 +52,6 @@ class KubeClient:
     ) -> Any:
         from kubernetes.client.exceptions import ApiException
 
-        self.requests += 1
         metrics.API_REQUESTS.labels(method).inc()
         api = self._client()
         method_, url, headers, data, post = api.param_serialize(

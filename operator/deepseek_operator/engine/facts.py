@@ -24,7 +24,6 @@ class ModelFacts:
     """Backend-deciding facts of the checkpoint, each remembering where it came from."""
 
     name: str
-    catalog_name: str | None = None
     architecture: str | None = None
     expert_dtype: str | None = None
     scoring_func: str | None = None
@@ -53,7 +52,6 @@ def model_facts(model: ModelSpec) -> ModelFacts:
             values[fact], sources[fact] = getattr(entry, fact), f"catalog: {entry.name}"
     return ModelFacts(
         name=model.name,
-        catalog_name=entry.name if entry else None,
         sources=sources,
         **values,  # type: ignore[arg-type]
     )

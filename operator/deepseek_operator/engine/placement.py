@@ -112,7 +112,6 @@ def place(
     requirement: NodeRequirement,
     gpus_per_pod: int,
     pods_per_replica: int,
-    inventory: NodeInventory | None = None,
 ) -> Placement:
     """Eligible nodes and replica capacity for ``requirement`` among ``cands``."""
     resource = spec.gpu_resource_name
@@ -159,15 +158,3 @@ def _summarise(rejected: Sequence[tuple[str, str]], limit: int = 8) -> str:
             + ")"
         )
     return shown
-
-
-def rejected_outside_candidates(
-    spec: DeepSeekServingSpec, inventory: NodeInventory
-) -> list[tuple[str, str]]:
-    """Nodes that are not candidates at all, with why (for the Placeable message)."""
-    out = []
-    for node in inventory.nodes:
-        why = _base_rejection(spec, node)
-        if why:
-            out.append((node.name, why))
-    return out

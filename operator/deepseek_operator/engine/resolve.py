@@ -18,7 +18,7 @@ Every check is evaluated (the chain never short-circuits), so the status shows t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from deepseek_operator.api.backends import (
     AUTO,
@@ -100,7 +100,6 @@ class Resolution:
     placement: Placement
     checks: tuple[Check, ...]
     model: ModelFacts
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def eligible_nodes(self) -> tuple[str, ...]:
@@ -556,7 +555,7 @@ def _keep_previous(ctx: _Context, fresh: Resolution, previous: PreviousDecision)
             f"the previous decision {prev_backend} has no eligible node left and no replica is "
             f"serving, so the decision changed to {fresh.moe_backend}"
         )
-        return replace(fresh, message=fresh.message + "; " + note, notes=(note,))
+        return replace(fresh, message=fresh.message + "; " + note)
     if not prev_place.eligible:
         note = (
             f"node changes: no eligible node is left for the running {prev_backend} "
@@ -588,7 +587,6 @@ def _keep_previous(ctx: _Context, fresh: Resolution, previous: PreviousDecision)
         requirement=req,
         placement=prev_place,
         sequence_parallel=sequence_parallel(ctx.spec, prev_backend),
-        notes=(note,),
     )
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from deepseek_operator.catalog.gpus import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS
 from deepseek_operator.engine.placement import CC10_PLUS_FAMILIES, NodeRequirement, Requirement
 from deepseek_operator.topology import labels as L
-from deepseek_operator.topology.inventory import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS, SM100
+from deepseek_operator.topology.inventory import SM100
 
 UNRUNNABLE_KEY = "serving.deepseek-operator.io/backend-unrunnable"
 

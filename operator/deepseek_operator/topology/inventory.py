@@ -11,36 +11,17 @@ same precedence, so the scheduler admits exactly the nodes this module calls eli
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from deepseek_operator.catalog.gpus import find_product, sm_family
+from deepseek_operator.catalog.gpus import (
+    EXACT_PRODUCT_CC,
+    INFERRED_NVLINK_PRODUCTS,
+    find_product,
+    sm_family,
+)
 from deepseek_operator.topology import labels as L
 
-# GFD product strings (exact) whose nodes are NVSwitch boards or NVL trays: every GPU pair is
-# NVLink-connected on a healthy node. Exact strings, because node affinity cannot use regexes.
-INFERRED_NVLINK_PRODUCTS: tuple[str, ...] = (
-    "NVIDIA-GB200",
-    "NVIDIA-B200",
-    "NVIDIA-GB300",
-    "NVIDIA-B300-SXM6-AC",
-    "NVIDIA-H100-80GB-HBM3",
-    "NVIDIA-H200",
-    "NVIDIA-H20",
-    "NVIDIA-H800",
-)
-
-# Exact GFD product strings → compute capability, for nodes without any CC label (very old GFD).
-EXACT_PRODUCT_CC: dict[str, tuple[int, int]] = {
-    "NVIDIA-GB200": (10, 0),
-    "NVIDIA-B200": (10, 0),
-    "NVIDIA-GB300": (10, 3),
-    "NVIDIA-B300-SXM6-AC": (10, 3),
-    "NVIDIA-H100-80GB-HBM3": (9, 0),
-    "NVIDIA-H200": (9, 0),
-    "NVIDIA-H20": (9, 0),
-    "NVIDIA-H800": (9, 0),
-}
 SM100 = "sm100"
 
 # Source tags used in messages.
@@ -69,18 +50,14 @@ class NodeFacts:
     ready: bool = True
     taints: tuple[Taint, ...] = ()
     product: str | None = None
-    gpu_count: int | None = None
     cc: tuple[int, int] | None = None
     cc_source: str | None = None
     family: str | None = None
     nvlink_fully_connected: bool | None = None
     nvlink_source: str | None = None
     nvlink_domain_size: int | None = None
-    agent_present: bool = False
-    mnnvl_clique: str | None = None
     gpu_memory_mib: int | None = None
     memory_source: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def is_sm100(self) -> bool:
@@ -152,11 +129,8 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     conditions = status.get("conditions") or []
     ready = all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
 
-    agent_present = labels.get(L.AGENT_PRESENT) == "true"
     gfd_product = labels.get(L.GFD_PRODUCT)
     product = labels.get(L.AGENT_PRODUCT) or gfd_product
-    count = _int(labels.get(L.AGENT_COUNT, ""))
-    count = count if count is not None else _int(labels.get(L.GFD_COUNT, ""))
 
     # Compute capability: the decision uses exactly the labels node affinity can express
     # (render/affinity.py): agent sm-family, then GFD compute.major, then the exact product.
@@ -202,15 +176,12 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         ready=ready,
         taints=taints,
         product=product,
-        gpu_count=count,
         cc=cc,
         cc_source=cc_source,
         family=family,
         nvlink_fully_connected=nvlink,
         nvlink_source=nvlink_source,
         nvlink_domain_size=domain,
-        agent_present=agent_present,
-        mnnvl_clique=labels.get(L.AGENT_MNNVL_CLIQUE) or labels.get(L.GFD_CLIQUE),
         gpu_memory_mib=memory,
         memory_source=memory_source,
     )
