@@ -120,3 +120,19 @@ def test_node_churn_keeps_the_written_decision_without_rewrites() -> None:
         ),
     )
     assert [c[0] for c in kube.calls] == ["status"]
+
+
+def test_a_spec_the_api_server_should_have_refused_gets_invalid_spec_once() -> None:
+    kube = FakeKube()
+    events: list[str] = []
+    rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append(r))  # type: ignore[arg-type]
+    bad = _body("a")
+    bad["spec"]["moeBackend"] = "megamoe"
+    _run(rec, bad, gb200_pool())
+    _run(rec, bad, gb200_pool())
+    assert kube.calls == [("status", "a")]  # no children, one status write
+    assert events == ["InvalidSpec"]
+    status = rec._written[("llm", "a")][1]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["BackendResolved"]["reason"] == "InvalidSpec"
+    assert 'spec.moeBackend: Invalid value: "megamoe"' in conditions["Ready"]["message"]

@@ -51,8 +51,10 @@ class _State:
         self.node_index: Any = None
         self.serving_index: Any = None
         self.child_index: Any = None
+        # Latest facts per node (kept by the node index), and the facts each changed node had
+        # before its change, until ``node_changed`` has acted on it.
         self.node_prints: dict[str, NodeFacts] = {}
-        self.index_prints: dict[str, NodeFacts] = {}
+        self.node_changes: dict[str, NodeFacts | None] = {}
         self.node_version = 0
         self._inventory: tuple[tuple[int, int], NodeInventory] | None = None
         self.pending: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -101,8 +103,10 @@ def _fingerprint(facts: NodeFacts) -> NodeFacts:
 def node_facts_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeFacts]:
     """Node name → GPU facts (bumps the inventory version when a node's facts change)."""
     facts = _fingerprint(node_facts(body))
-    if STATE.index_prints.get(name) != facts:
-        STATE.index_prints[name] = facts
+    old = STATE.node_prints.get(name)
+    if old != facts:
+        STATE.node_changes.setdefault(name, old)
+        STATE.node_prints[name] = facts
         STATE.node_version += 1
     return {name: facts}
 
@@ -227,16 +231,17 @@ def _schedule(namespace: str, name: str, delay: float, trigger: str) -> None:
 async def node_changed(name: str, type: str, body: kopf.Body, **kwargs: Any) -> None:
     """Re-evaluate the DeepSeekServings a node's GPU facts can affect (and only those)."""
     _remember(kwargs)
-    old = STATE.node_prints.get(name)
-    new = None if type == "DELETED" else _fingerprint(node_facts(body))
-    if new is None:
-        STATE.node_prints.pop(name, None)
-        STATE.index_prints.pop(name, None)
+    new: NodeFacts | None
+    if type == "DELETED":
+        old, new = STATE.node_prints.pop(name, None), None
+        STATE.node_changes.pop(name, None)
         STATE.node_version += 1
+    elif name in STATE.node_changes:  # the index saw the facts change (facts computed there)
+        old, new = STATE.node_changes.pop(name), STATE.node_prints[name]
     else:
-        STATE.node_prints[name] = new
+        return  # a heartbeat or another change the decision does not read
     metrics.NODES.set(len(STATE.node_prints))
-    if type is None or old == new:  # initial listing (resume reconciles everything) or no change
+    if type is None:  # initial listing: resume reconciles every DeepSeekServing anyway
         return
     labels_before = old.labels if old else {}
     labels_after = new.labels if new else {}

@@ -19,14 +19,12 @@ from typing import Any
 from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.api.status import (
-    BACKEND_RESOLVED,
-    READY,
     REASON_INVALID_SPEC,
 )
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.resolve import PreviousDecision, Resolution, resolve
-from deepseek_operator.render.status import build_status, status_dict
+from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
 from deepseek_operator.render.workload import LABEL_REPLICA, render_objects
 from deepseek_operator.topology.inventory import NodeInventory
 
@@ -42,7 +40,6 @@ class Outcome:
     applied: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     status_patched: bool = False
-    decision_changed: bool = False
     resolution: Resolution | None = None
 
 
@@ -108,33 +105,6 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _invalid_status(body: Mapping[str, Any], error: SpecError) -> dict[str, Any]:
-    generation = int((body.get("metadata") or {}).get("generation") or 0)
-    old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
-    conditions = []
-    for ctype in (BACKEND_RESOLVED, READY):
-        since = (
-            old.get(ctype, {}).get("lastTransitionTime")
-            if old.get(ctype, {}).get("status") == "False"
-            else None
-        )
-        conditions.append(
-            {
-                "type": ctype,
-                "status": "False",
-                "reason": REASON_INVALID_SPEC,
-                "message": error.one_line(),
-                "observedGeneration": generation,
-                "lastTransitionTime": since or _now(),
-            }
-        )
-    return {
-        **(body.get("status") or {}),
-        "observedGeneration": generation,
-        "conditions": conditions,
-    }
-
-
 class Reconciler:
     """Reconciles DeepSeekServings one at a time each (a lock per object)."""
 
@@ -176,7 +146,12 @@ class Reconciler:
                 outcome = await self._reconcile(body, nodes_of(), live)
             except SpecError as exc:
                 metrics.RECONCILES.labels(trigger, "invalid").inc()
-                status = _invalid_status(body, exc)
+                status = invalid_spec_status(
+                    body.get("status") or {},
+                    generation=int((body.get("metadata") or {}).get("generation") or 0),
+                    message=exc.one_line(),
+                    now=_now(),
+                )
                 if status != body.get("status"):
                     await self._write_status(key, status)
                     self._event(body, "Warning", REASON_INVALID_SPEC, exc.one_line())
@@ -196,6 +171,7 @@ class Reconciler:
                 "trigger": trigger,
                 "backend": outcome.resolution.moe_backend if outcome.resolution else None,
                 "applied": outcome.applied,
+                "deleted": outcome.deleted,
                 "status_patched": outcome.status_patched,
             },
         )
@@ -249,15 +225,7 @@ class Reconciler:
         inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
     ) -> Outcome:
-        meta = body.get("metadata") or {}
-        obj = parse_serving(
-            {
-                "apiVersion": body.get("apiVersion"),
-                "kind": body.get("kind"),
-                "metadata": {**meta, "namespace": meta.get("namespace")},
-                "spec": body.get("spec"),
-            }
-        )
+        obj = parse_serving(dict(body))
         res = resolve(obj.spec, inventory, previous_decision(body))
         outcome = Outcome(resolution=res)
         desired = render_objects(obj, res)
@@ -297,7 +265,6 @@ class Reconciler:
             (old_status.get("decision") or {}).get("reason"),
         )
         if old_decision != (res.moe_backend, res.reason):
-            outcome.decision_changed = True
             metrics.DECISIONS.labels(res.moe_backend, res.reason).inc()
             verb = "Decided" if old_decision == (None, None) else "Changed decision"
             self._event(

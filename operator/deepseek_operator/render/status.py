@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from deepseek_operator.api import status as S
@@ -131,3 +131,21 @@ def build_status(
 def status_dict(status: S.DeepSeekServingStatus) -> dict[str, Any]:
     """The status as the camelCase JSON object written to the API server."""
     return status.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def invalid_spec_status(
+    previous: Mapping[str, Any], *, generation: int, message: str, now: str
+) -> dict[str, Any]:
+    """``previous`` status with BackendResolved and Ready False (InvalidSpec) for ``message``.
+
+    For a spec the API server's CEL rules should have refused (e.g. a CRD older than the
+    operator); the last decision and checks stay visible.
+    """
+    old_conditions = previous.get("conditions") or []
+    conditions = [
+        _condition(
+            ctype, False, S.REASON_INVALID_SPEC, message, generation, now, old_conditions
+        ).model_dump(by_alias=True, mode="json")
+        for ctype in (S.BACKEND_RESOLVED, S.READY)
+    ]
+    return {**previous, "observedGeneration": generation, "conditions": conditions}
