@@ -10,18 +10,10 @@ import pytest
 import yaml
 
 from k8s.cluster import ControlPlane, make_gpu_node, wait_for
-from k8s.operator import OperatorProcess
+from k8s.operator import OperatorProcess, patch_serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
-
-
-def _reconciles(op: OperatorProcess) -> float:
-    total = 0.0
-    for line in op.metrics().splitlines():
-        if line.startswith("deepseek_operator_reconciles_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def test_only_the_highest_priority_peer_acts(
@@ -51,22 +43,21 @@ def test_only_the_highest_priority_peer_acts(
         doc["spec"]["nodeSelector"] = {"pool": namespace}
         doc["spec"]["resources"] = {}
         full_cluster.apply(doc)
-        wait_for(lambda: _reconciles(leader) >= 1, timeout=60, what="leader reconciles")
+        wait_for(
+            lambda: leader.metric("deepseek_operator_reconciles_total") >= 1,
+            timeout=60,
+            what="leader reconciles",
+        )
         time.sleep(3)
-        assert _reconciles(follower) == 0, follower.logs(40)
+        assert follower.metric("deepseek_operator_reconciles_total") == 0, follower.logs(40)
         # The leader goes away: the follower takes over and acts on the next change.
         leader.stop()
-        full_cluster.kubectl(
-            "patch",
-            "dss",
-            "dsv41",
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            '{"spec":{"replicas":2}}',
+        patch_serving(full_cluster, namespace, {"spec": {"replicas": 2}})
+        wait_for(
+            lambda: follower.metric("deepseek_operator_reconciles_total") >= 1,
+            timeout=120,
+            what="follower takes over",
         )
-        wait_for(lambda: _reconciles(follower) >= 1, timeout=120, what="follower takes over")
         assert "Resuming operations" in follower.logs(400)
     finally:
         leader.stop()

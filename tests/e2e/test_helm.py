@@ -132,32 +132,8 @@ def log_records(op: OperatorProcess) -> list[dict[str, Any]]:
     return records
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if (line.startswith(name + "{") or line.startswith(name + " ")) and all(
-            f'{k}="{v}"' in line for k, v in labels.items()
-        ):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-@pytest.fixture
-def pool(full_cluster: ControlPlane) -> Any:
-    created: list[str] = []
-
-    def make(*nodes: dict[str, Any]) -> None:
-        for node in nodes:
-            full_cluster.create_node(node, wait_ready=True)
-            created.append(node["metadata"]["name"])
-
-    yield make
-    for name in created:
-        full_cluster.delete_node(name)
-
-
 def test_chart_installs_runs_the_operator_on_its_rbac_upgrades_and_uninstalls_cleanly(
-    full_cluster: ControlPlane, namespace: str, pool: Any, tmp_path: pathlib.Path
+    full_cluster: ControlPlane, namespace: str, node_factory: Any, tmp_path: pathlib.Path
 ) -> None:
     cp = full_cluster
     release = f"dso-{uuid.uuid4().hex[:5]}"
@@ -208,7 +184,7 @@ def test_chart_installs_runs_the_operator_on_its_rbac_upgrades_and_uninstalls_cl
     # --- the operator, with the chart's arguments and its ServiceAccount's token ----------
     token = cp.create_token(namespace, pod_spec["serviceAccountName"])
     kubeconfig = cp.kubeconfig_for_token(token, tmp_path / "kubeconfig", user="chart-operator")
-    pool(gb200(f"{namespace}-gb0", namespace), gb200(f"{namespace}-gb1", namespace))
+    node_factory(gb200(f"{namespace}-gb0", namespace), gb200(f"{namespace}-gb1", namespace))
     t1 = time.monotonic()
     # OperatorProcess appends loopback health/metrics flags after these; argparse keeps the last.
     op = OperatorProcess(cp, tmp_path, kubeconfig=kubeconfig, extra=args[1:]).start()
@@ -257,9 +233,8 @@ def test_chart_installs_runs_the_operator_on_its_rbac_upgrades_and_uninstalls_cl
         assert any("deep_gemm_mega_moe" in e.get("message", "") for e in events["items"]), (
             "Events were posted"
         )
-        text = op.metrics()
-        assert metric(text, "deepseek_operator_reconciles_total", result="ok") >= 1
-        assert metric(text, "deepseek_operator_reconcile_errors_total") == 0
+        assert op.metric("deepseek_operator_reconciles_total", result="ok") >= 1
+        assert op.metric("deepseek_operator_reconcile_errors_total") == 0
         # kopf peering through the chart's ClusterKopfPeering: this process registered in it.
         peers = cp.kubectl_json("get", "clusterkopfpeering", peering).get("status") or {}
         assert peers, "the operator did not register in the chart's peering object"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from k8s.cluster import ControlPlane, make_gpu_node, wait_for
-from k8s.operator import OperatorProcess
+from k8s.operator import OperatorProcess, patch_serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
@@ -104,24 +104,10 @@ def _args(deploy: dict[str, Any]) -> list[str]:
     return list(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
-@pytest.fixture
-def pool(full_cluster: ControlPlane, namespace: str) -> Any:
-    created: list[str] = []
-
-    def make(*nodes: dict[str, Any]) -> None:
-        for node in nodes:
-            full_cluster.create_node(node, wait_ready=True)
-            created.append(node["metadata"]["name"])
-
-    yield make
-    for name in created:
-        full_cluster.delete_node(name)
-
-
 def test_seed_on_gb200_selects_mega_moe_schedules_and_becomes_ready(
-    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, pool: Any
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
-    pool(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
+    node_factory(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
     full_cluster.apply(_serving(namespace))
     obj = _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
@@ -148,9 +134,9 @@ def test_seed_on_gb200_selects_mega_moe_schedules_and_becomes_ready(
 
 
 def test_mixed_pool_lands_only_on_gb200(
-    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, pool: Any
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
-    pool(
+    node_factory(
         _h200(f"{namespace}-h0", namespace),
         _h200(f"{namespace}-h1", namespace),
         _gb200(f"{namespace}-gb0", namespace),
@@ -164,9 +150,9 @@ def test_mixed_pool_lands_only_on_gb200(
 
 
 def test_h200_pool_keeps_auto_and_names_the_failed_check(
-    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, pool: Any
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
-    pool(_h200(f"{namespace}-h0", namespace))
+    node_factory(_h200(f"{namespace}-h0", namespace))
     full_cluster.apply(_serving(namespace))
     obj = _wait_condition(full_cluster, namespace, "BackendResolved", "True")
     assert obj["status"]["resolved"]["moeBackend"] == "auto"
@@ -177,9 +163,9 @@ def test_h200_pool_keeps_auto_and_names_the_failed_check(
 
 
 def test_relabel_does_not_flip_or_restart_but_a_spec_change_rolls_out(
-    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, pool: Any
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
-    pool(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
+    node_factory(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
     full_cluster.apply(_serving(namespace))
     _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     pod = _pods(full_cluster, namespace)[0]
@@ -220,16 +206,7 @@ def test_relabel_does_not_flip_or_restart_but_a_spec_change_rolls_out(
             "--overwrite",
             "gpu.deepseek-operator.io/nvlink.fully-connected=true",
         )
-    full_cluster.kubectl(
-        "patch",
-        "dss",
-        "dsv41",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"engine": {"maxNumSeqs": 32}}}),
-    )
+    patch_serving(full_cluster, namespace, {"spec": {"engine": {"maxNumSeqs": 32}}})
     obj = _wait_condition(
         full_cluster, namespace, "Ready", "True", timeout=120,
         check=lambda o: o["status"]["observedGeneration"] == o["metadata"]["generation"] and o["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe",
@@ -246,9 +223,9 @@ def test_relabel_does_not_flip_or_restart_but_a_spec_change_rolls_out(
 
 
 def test_explicit_mega_on_hopper_is_pending_not_crashing_and_fixing_the_spec_clears_it(
-    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, pool: Any
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
-    pool(_h200(f"{namespace}-h0", namespace))
+    node_factory(_h200(f"{namespace}-h0", namespace))
     full_cluster.apply(_serving(namespace, moeBackend="deep_gemm_mega_moe"))
     obj = _wait_condition(full_cluster, namespace, "BackendResolved", "False")
     message = _condition(obj, "BackendResolved")["message"]
@@ -257,24 +234,19 @@ def test_explicit_mega_on_hopper_is_pending_not_crashing_and_fixing_the_spec_cle
     wait_for(lambda: len(_pods(full_cluster, namespace)) == 1, timeout=30, what="pod created")
     pods = _pods(full_cluster, namespace)
     assert pods[0]["status"]["phase"] == "Pending" and not pods[0]["spec"].get("nodeName")
-    full_cluster.kubectl(
-        "patch",
-        "dss",
-        "dsv41",
-        "-n",
+    patch_serving(
+        full_cluster,
         namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"moeBackend":"auto","parallelism":{"tensorParallelSize":8}}}',
+        {"spec": {"moeBackend": "auto", "parallelism": {"tensorParallelSize": 8}}},
     )
     obj = _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     assert _condition(obj, "BackendResolved")["status"] == "True"
 
 
 def test_children_are_restored_and_garbage_collected(
-    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, pool: Any
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
-    pool(_gb200(f"{namespace}-gb0", namespace))
+    node_factory(_gb200(f"{namespace}-gb0", namespace))
     full_cluster.apply(_serving(namespace))
     _wait_condition(full_cluster, namespace, "BackendResolved", "True")
     wait_for(
@@ -337,10 +309,10 @@ def test_operator_restart_leaves_no_duplicate_or_lost_children(
     crds: ControlPlane,
     operator: OperatorProcess,
     namespace: str,
-    pool: Any,
+    node_factory: Any,
     tmp_path: pathlib.Path,
 ) -> None:
-    pool(_gb200(f"{namespace}-gb0", namespace))
+    node_factory(_gb200(f"{namespace}-gb0", namespace))
     operator.stop(kill=True)
     try:
         full_cluster.apply(_serving(namespace))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import pathlib
-import re
 
 import pytest
 import yaml
@@ -22,11 +21,6 @@ pytestmark = pytest.mark.e2e
 NODES = 150
 
 
-def _nodes_indexed(op: OperatorProcess) -> float:
-    match = re.search(r"^deepseek_operator_nodes (\S+)$", op.metrics(), re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
-
-
 def test_operator_starts_and_acts_with_150_nodes(
     full_cluster: ControlPlane, crds: ControlPlane, namespace: str, tmp_path: pathlib.Path
 ) -> None:
@@ -38,7 +32,11 @@ def test_operator_starts_and_acts_with_150_nodes(
     create_nodes(full_cluster, nodes, threads=8)
     op = OperatorProcess(full_cluster, tmp_path).start()
     try:
-        wait_for(lambda: _nodes_indexed(op) >= NODES, timeout=60, what=f"{NODES} nodes indexed")
+        wait_for(
+            lambda: op.metric("deepseek_operator_nodes") >= NODES,
+            timeout=60,
+            what=f"{NODES} nodes indexed",
+        )
         doc = copy.deepcopy(yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text()))
         doc["metadata"] = {"name": "dsv41", "namespace": namespace}
         doc["spec"]["nodeSelector"] = {"pool": f"{namespace}-gb200-0"}

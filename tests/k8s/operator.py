@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,6 +91,16 @@ class OperatorProcess:
         ) as r:
             return str(r.read().decode())
 
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of metric ``name`` whose labels include ``labels``."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if (line.startswith(name + "{") or line.startswith(name + " ")) and all(
+                f'{k}="{v}"' in line for k, v in labels.items()
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def logs(self, lines: int = 80) -> str:
         """Tail of the operator's log."""
         try:
@@ -127,3 +139,10 @@ def operator(
     op = OperatorProcess(full_cluster, tmp_path_factory.mktemp("operator")).start()
     yield op
     op.stop()
+
+
+def patch_serving(
+    cp: ControlPlane, namespace: str, patch: dict[str, Any], name: str = "dsv41"
+) -> None:
+    """Merge-patch a DeepSeekServing, as a user would with ``kubectl patch --type=merge``."""
+    cp.kubectl("patch", "dss", name, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
