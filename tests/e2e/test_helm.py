@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import ControlPlane, make_gpu_node, wait_for
+from k8s.cluster import HEALTHY_GB200_AGENT_LABELS, ControlPlane, make_gpu_node, wait_for
 from k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
@@ -37,13 +37,7 @@ pytestmark = pytest.mark.e2e
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "deepseek-operator"
 SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
-AGENT_OK = {
-    "present": "true",
-    "sm-family": "sm100",
-    "cc": "10.0",
-    "nvlink.fully-connected": "true",
-    "nvlink.domain-size": "4",
-}
+AGENT_OK = HEALTHY_GB200_AGENT_LABELS
 CRD_NAMES = (
     "deepseekservings.serving.deepseek-operator.io",
     "clusterkopfpeerings.kopf.dev",

@@ -15,18 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import ControlPlane, make_gpu_node, wait_for
+from k8s.cluster import HEALTHY_GB200_AGENT_LABELS, ControlPlane, make_gpu_node, wait_for
 from k8s.operator import OperatorProcess, patch_serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
-AGENT_OK = {
-    "present": "true",
-    "sm-family": "sm100",
-    "cc": "10.0",
-    "nvlink.fully-connected": "true",
-    "nvlink.domain-size": "4",
-}
+AGENT_OK = HEALTHY_GB200_AGENT_LABELS
 
 pytestmark = pytest.mark.e2e
 

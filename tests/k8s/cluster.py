@@ -747,6 +747,16 @@ GPU_MEMORY_MIB: dict[str, int] = {
 }
 
 
+#: Agent labels of a healthy GB200 tray (SM100, all four GPUs pairwise NVLink-connected).
+HEALTHY_GB200_AGENT_LABELS: dict[str, str] = {
+    "present": "true",
+    "sm-family": "sm100",
+    "cc": "10.0",
+    "nvlink.fully-connected": "true",
+    "nvlink.domain-size": "4",
+}
+
+
 def gpu_family(cc: tuple[int, int]) -> str:
     """GFD's ``nvidia.com/gpu.family`` for a compute capability (10.x and 12.x: blackwell)."""
     major, minor = cc

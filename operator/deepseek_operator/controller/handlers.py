@@ -270,27 +270,11 @@ async def _child_event(
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
-async def deployment_changed(
-    namespace: str | None, type: str, body: kopf.Body, **kwargs: Any
-) -> None:
-    """Readiness changes, hand edits and deletions of our Deployments."""
-    if type is not None:
-        await _child_event(namespace, type, body, kwargs)
-
-
 @kopf.on.event("apps", "v1", "statefulsets", labels=CHILD_LABELS)
-async def statefulset_changed(
-    namespace: str | None, type: str, body: kopf.Body, **kwargs: Any
-) -> None:
-    """Readiness changes, hand edits and deletions of our StatefulSets."""
-    if type is not None:
-        await _child_event(namespace, type, body, kwargs)
-
-
 @kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
-async def service_changed(namespace: str | None, type: str, body: kopf.Body, **kwargs: Any) -> None:
-    """Hand edits and deletions of our Services."""
-    if type is not None:
+async def child_changed(namespace: str | None, type: str, body: kopf.Body, **kwargs: Any) -> None:
+    """Readiness changes, hand edits and deletions of our children: reconcile their owner."""
+    if type is not None:  # the initial listing is covered by resume
         await _child_event(namespace, type, body, kwargs)
 
 
