@@ -10,10 +10,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from deepseek_operator.names import DEFAULT_PEERING, PROJECT
+
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="deepseek-operator",
+        prog=PROJECT,
         description="Serve DeepSeek V4/V4.1 with vLLM on Kubernetes, choosing the MoE backend "
         "from the GPUs the cluster has.",
     )
@@ -41,7 +43,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("--namespace", action="append", default=[], help="watch only this namespace")
     run.add_argument("--standalone", action="store_true", help="no peering (single replica)")
-    run.add_argument("--peering", default="deepseek-operator", help="ClusterKopfPeering name (HA)")
+    run.add_argument("--peering", default=DEFAULT_PEERING, help="ClusterKopfPeering name (HA)")
     run.add_argument(
         "--priority", type=int, default=None, help="peering priority (default: random)"
     )

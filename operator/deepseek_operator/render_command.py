@@ -27,6 +27,13 @@ from deepseek_operator.render.workload import render_objects
 from deepseek_operator.topology.inventory import NodeInventory, build_inventory
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """A safe dumper that writes repeated objects in full: users paste the output as manifests."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def _load_yaml_documents(path: str, what: str) -> list[Any]:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -171,9 +178,11 @@ def render_command(args: argparse.Namespace) -> int:
             json.dumps({"status": status_dict(status), "objects": objects}, indent=2) + "\n"
         )
     elif args.output == "yaml":
-        header = yaml.safe_dump({"status": status_dict(status)}, sort_keys=False, width=100)
+        header = yaml.dump(
+            {"status": status_dict(status)}, Dumper=_NoAliasDumper, sort_keys=False, width=100
+        )
         sys.stdout.write("".join(f"# {line}\n" for line in header.splitlines()))
-        sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=100))
+        sys.stdout.write(yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, width=100))
     else:
         sys.stdout.write(_text(obj, res, status, objects, len(inventory)))
     return 0

@@ -19,9 +19,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from deepseek_operator import names
 from deepseek_operator.agent.main import desired_state
 from deepseek_operator.agent.publisher import MERGE_PATCH, Backoff, NodePublisher, PublishError
-from deepseek_operator.topology import labels as keys
 from deepseek_operator.topology.gpu_topology import GpuTopology
 from deepseek_operator.topology.topo_smi import parse_topo
 from k8s.cluster import ControlPlane, free_port, make_gpu_node, unique_name, wait_for
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "fixtures" / "topo"
 POLICY = REPO / "deploy" / "agent-admission-policy.yaml"
 RBAC = REPO / "deploy" / "agent-rbac.yaml"
-P = keys.AGENT_PREFIX
+P = names.AGENT_PREFIX
 
 
 def capture(name: str) -> GpuTopology:
@@ -87,7 +87,7 @@ def test_publisher_writes_only_our_keys_only_on_change_and_drops_stale_ones(
         ours_ann, foreign_ann = split(after["annotations"])
         assert ours_ann == annotations  # the stale annotation of ours is gone
         assert foreign_ann == foreign_annotations
-        assert json.loads(ours_ann[keys.AGENT_TOPOLOGY_ANNOTATION])["v"] == 1
+        assert json.loads(ours_ann[names.AGENT_TOPOLOGY_ANNOTATION])["v"] == 1
 
         assert not second.changed
         assert again["resourceVersion"] == after["resourceVersion"]
@@ -97,8 +97,8 @@ def test_publisher_writes_only_our_keys_only_on_change_and_drops_stale_ones(
         third = publisher.publish(degraded_labels, degraded_annotations)
         assert third.changed
         final = node_of(control_plane, name)["metadata"]
-        assert final["labels"][keys.AGENT_NVLINK_FULLY_CONNECTED] == "false"
-        assert final["labels"][keys.AGENT_NVLINK_DOMAIN_SIZE] == "7"
+        assert final["labels"][names.AGENT_NVLINK_FULLY_CONNECTED] == "false"
+        assert final["labels"][names.AGENT_NVLINK_DOMAIN_SIZE] == "7"
         assert split(final["labels"])[1] == foreign_labels
         assert final["resourceVersion"] != after["resourceVersion"]
 
@@ -106,7 +106,7 @@ def test_publisher_writes_only_our_keys_only_on_change_and_drops_stale_ones(
         no_gpu_labels, no_gpu_annotations = desired_state(GpuTopology(unavailable_reason="x"))
         publisher.publish(no_gpu_labels, no_gpu_annotations)
         empty = node_of(control_plane, name)["metadata"]
-        assert split(empty["labels"]) == ({keys.AGENT_PRESENT: "false"}, foreign_labels)
+        assert split(empty["labels"]) == ({names.AGENT_PRESENT: "false"}, foreign_labels)
         assert split(empty["annotations"]) == ({}, foreign_annotations)
 
 
@@ -126,8 +126,8 @@ def test_agent_command_once_publishes_a_recording_through_a_kubeconfig(
     assert proc.returncode == 0, proc.stderr
     assert 'msg="Published GPU topology on Node"' in proc.stderr
     labels = node_of(control_plane, name)["metadata"]["labels"]
-    assert labels[keys.AGENT_PRODUCT] == "NVIDIA-GB200"
-    assert labels[keys.AGENT_NVLINK_FULLY_CONNECTED] == "true"
+    assert labels[names.AGENT_PRODUCT] == "NVIDIA-GB200"
+    assert labels[names.AGENT_NVLINK_FULLY_CONNECTED] == "true"
 
 
 def test_an_unreachable_api_server_is_retried_then_given_up() -> None:
@@ -244,8 +244,8 @@ def test_admission_policy_confines_the_agent_to_its_own_node_and_prefix(
             publisher = NodePublisher(core, own, max_attempts=1)
             labels, annotations = desired_state(capture("t01-hgx-h100-nvswitch"))
             assert publisher.publish(labels, annotations).changed
-            assert node_of(control_plane, own)["metadata"]["labels"][keys.AGENT_COUNT] == "8"
-            patch(core, own, {"labels": {keys.AGENT_MIG: None}})  # removing ours is fine too
+            assert node_of(control_plane, own)["metadata"]["labels"][names.AGENT_COUNT] == "8"
+            patch(core, own, {"labels": {names.AGENT_MIG: None}})  # removing ours is fine too
 
             # Denied: a label outside our prefix on its own Node.
             body = denied(lambda: patch(core, own, {"labels": {"node-role.kubernetes.io/x": ""}}))

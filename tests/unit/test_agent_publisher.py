@@ -19,6 +19,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from deepseek_operator import names
 from deepseek_operator.agent.logs import LogfmtFormatter
 from deepseek_operator.agent.main import Agent, agent_command, desired_state
 from deepseek_operator.agent.publisher import (
@@ -28,13 +29,12 @@ from deepseek_operator.agent.publisher import (
     PublishError,
     plan_patch,
 )
-from deepseek_operator.topology import labels as keys
 from deepseek_operator.topology.gpu_topology import GpuTopology
 from deepseek_operator.topology.probe import ProbeError, RecordedProbe
 from deepseek_operator.topology.topo_smi import parse_topo
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
-P = keys.AGENT_PREFIX
+P = names.AGENT_PREFIX
 
 
 # --- plan_patch ------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.api.crd import CRD_FILENAME, build_crd, crd_yaml
+from deepseek_operator.api.crd import build_crd, crd_yaml
 from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.load import parse_serving, parse_spec
 from deepseek_operator.api.rules import SPEC_RULES, VLLM_MEGA_MOE_REQUIRES_EP
+from deepseek_operator.names import CRD_FILENAME
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INVALID = sorted((ROOT / "tests/fixtures/invalid").glob("*.yaml"))
@@ -148,3 +149,27 @@ def test_type_and_range_errors_name_the_field(raw: dict[str, Any], path: str) ->
         parse_spec(raw)
     assert caught.value.field_path == path
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "written", ["DEEP-GEMM-MEGA-MOE", "Deep_Gemm-Mega_MoE", "deep_gemm_mega_moe"]
+)
+def test_moe_backend_is_normalised_once_at_the_api_boundary(written: str) -> None:
+    spec = parse_spec(
+        {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash"},
+            "image": "img",
+            "moeBackend": written,
+            "parallelism": {"expertParallel": True},
+        }
+    )
+    # Everything downstream reads the normalised value; the user's spelling stays for messages.
+    assert spec.moe_backend == "deep_gemm_mega_moe"
+    assert spec.moe_backend_as_written == written
+
+
+def test_refusal_quotes_the_backend_as_the_user_wrote_it() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec({"model": {"name": "m"}, "image": "img", "moeBackend": "Deep-Gemm-Mega-MoE"})
+    assert err.value.value == "Deep-Gemm-Mega-MoE"
+    assert err.value.field_path == "spec.moeBackend"

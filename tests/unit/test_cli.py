@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,10 @@ def test_render_yaml_is_applyable_documents() -> None:
     docs = list(yaml.safe_load_all(out.stdout))
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
     assert "# status:" in out.stdout
+    # The Deployment and its pod template share label dicts; users paste this output, so it must
+    # spell every object out instead of using YAML anchors and aliases.
+    assert not re.search(r"[&*]id\d+", out.stdout), "YAML anchors in render -o yaml"
+    assert docs[0]["metadata"]["labels"]["app.kubernetes.io/instance"] == "dsv41"
 
 
 def test_explicit_mega_without_ep_exits_1_with_field_and_vllms_message() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseek_operator.topology import labels as keys
+from deepseek_operator import names
 from deepseek_operator.topology.agent_labels import (
     annotation_for,
     gfd_product,
@@ -123,7 +123,7 @@ def test_annotation_is_compact_versioned_and_stable() -> None:
     assert doc["gpus"] == [{"i": 0, "name": "NVIDIA H200", "cc": "9.0", "mib": 143771}]
     assert doc["cuda"] == "12.8"
     assert annotation_for(topo) == text  # deterministic, so "changed" means changed
-    assert labels_for(topo)[keys.AGENT_SM_FAMILY] == "sm90"
+    assert labels_for(topo)[names.AGENT_SM_FAMILY] == "sm90"
 
 
 def test_cli_topology_error_has_no_traceback(tmp_path: Path) -> None:
@@ -147,5 +147,5 @@ def test_cli_topology_json_on_a_real_capture() -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     doc = json.loads(proc.stdout)
-    assert doc["labels"][keys.AGENT_NVLINK_FULLY_CONNECTED] == "false"
+    assert doc["labels"][names.AGENT_NVLINK_FULLY_CONNECTED] == "false"
     assert doc["matrix"]["nvlinkDomain"] == ["GPU0", "GPU1", "GPU3", "GPU4", "GPU5", "GPU6", "GPU7"]

@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from deepseek_operator.topology import labels as keys
+from deepseek_operator import names
 from deepseek_operator.topology.agent_labels import annotation_document, labels_for
 from deepseek_operator.topology.nvml import NvmlProbe
 from deepseek_operator.topology.probe import ProbeError, RecordedProbe
@@ -143,20 +143,20 @@ def test_hgx_b200_with_nvswitch_is_fully_connected() -> None:
     topo = probe(FakeSpec(gpus=[FakeGpu() for _ in range(8)]))
     labels = labels_for(topo)
     assert labels == {
-        keys.AGENT_CC: "10.0",
-        keys.AGENT_COUNT: "8",
-        keys.AGENT_CUDA: "12.8",
-        keys.AGENT_DRIVER: "570.124.06",
-        keys.AGENT_MEMORY_MIB: "183359",
-        keys.AGENT_MIG: "false",
-        keys.AGENT_MNNVL_STATE: "none",
-        keys.AGENT_NVLINK_DOMAIN_SIZE: "8",
-        keys.AGENT_NVLINK_FULLY_CONNECTED: "true",
-        keys.AGENT_NVLINK_LINKS: "18",
-        keys.AGENT_NVLINK_SWITCH: "true",
-        keys.AGENT_PRESENT: "true",
-        keys.AGENT_PRODUCT: "NVIDIA-B200",
-        keys.AGENT_SM_FAMILY: "sm100",
+        names.AGENT_CC: "10.0",
+        names.AGENT_COUNT: "8",
+        names.AGENT_CUDA: "12.8",
+        names.AGENT_DRIVER: "570.124.06",
+        names.AGENT_MEMORY_MIB: "183359",
+        names.AGENT_MIG: "false",
+        names.AGENT_MNNVL_STATE: "none",
+        names.AGENT_NVLINK_DOMAIN_SIZE: "8",
+        names.AGENT_NVLINK_FULLY_CONNECTED: "true",
+        names.AGENT_NVLINK_LINKS: "18",
+        names.AGENT_NVLINK_SWITCH: "true",
+        names.AGENT_PRESENT: "true",
+        names.AGENT_PRODUCT: "NVIDIA-B200",
+        names.AGENT_SM_FAMILY: "sm100",
     }
     gpu0 = topo.gpus[0]
     assert gpu0.bus_id == "00000000:18:00.0"
@@ -168,40 +168,40 @@ def test_degraded_gpu2_like_t7_is_not_fully_connected_and_domain_is_7() -> None:
     not_ok = {(min(2, j), max(2, j)) for j in range(8) if j != 2}
     topo = probe(FakeSpec(gpus=[FakeGpu() for _ in range(8)], not_ok=not_ok))
     labels = labels_for(topo)
-    assert labels[keys.AGENT_NVLINK_FULLY_CONNECTED] == "false"
-    assert labels[keys.AGENT_NVLINK_DOMAIN_SIZE] == "7"
+    assert labels[names.AGENT_NVLINK_FULLY_CONNECTED] == "false"
+    assert labels[names.AGENT_NVLINK_DOMAIN_SIZE] == "7"
 
 
 def test_an_nvml_error_on_one_pair_means_that_pair_is_not_connected() -> None:
     topo = probe(FakeSpec(gpus=[FakeGpu() for _ in range(4)], raises={(1, 3)}))
     assert topo.nvlink[1][3] is False and topo.nvlink[3][1] is False
-    assert labels_for(topo)[keys.AGENT_NVLINK_FULLY_CONNECTED] == "false"
-    assert labels_for(topo)[keys.AGENT_NVLINK_DOMAIN_SIZE] == "3"
+    assert labels_for(topo)[names.AGENT_NVLINK_FULLY_CONNECTED] == "false"
+    assert labels_for(topo)[names.AGENT_NVLINK_DOMAIN_SIZE] == "3"
 
 
 def test_pcie_only_gpus_have_no_links_no_switch_and_mig_unsupported() -> None:
     gpus = [FakeGpu(name="NVIDIA L40S", cc=(8, 9), links=0, switch=False, mig=None)] * 4
     not_ok = {(i, j) for i in range(4) for j in range(i + 1, 4)}
     labels = labels_for(probe(FakeSpec(gpus=gpus, not_ok=not_ok)))
-    assert labels[keys.AGENT_NVLINK_LINKS] == "0"
-    assert labels[keys.AGENT_NVLINK_SWITCH] == "false"
-    assert labels[keys.AGENT_MIG] == "false"
-    assert labels[keys.AGENT_SM_FAMILY] == "sm80"
-    assert labels[keys.AGENT_NVLINK_DOMAIN_SIZE] == "1"
+    assert labels[names.AGENT_NVLINK_LINKS] == "0"
+    assert labels[names.AGENT_NVLINK_SWITCH] == "false"
+    assert labels[names.AGENT_MIG] == "false"
+    assert labels[names.AGENT_SM_FAMILY] == "sm80"
+    assert labels[names.AGENT_NVLINK_DOMAIN_SIZE] == "1"
 
 
 def test_mixed_products_and_cc_are_labelled_mixed() -> None:
     gpus = [FakeGpu(), FakeGpu(name="NVIDIA H200", cc=(9, 0), memory_mib=143771)]
     labels = labels_for(probe(FakeSpec(gpus=gpus)))
-    assert labels[keys.AGENT_PRODUCT] == "mixed"
-    assert labels[keys.AGENT_CC] == "mixed"
-    assert labels[keys.AGENT_SM_FAMILY] == "mixed"
-    assert labels[keys.AGENT_MEMORY_MIB] == "143771"
+    assert labels[names.AGENT_PRODUCT] == "mixed"
+    assert labels[names.AGENT_CC] == "mixed"
+    assert labels[names.AGENT_SM_FAMILY] == "mixed"
+    assert labels[names.AGENT_MEMORY_MIB] == "143771"
 
 
 def test_mig_enabled_on_any_gpu_is_reported() -> None:
     labels = labels_for(probe(FakeSpec(gpus=[FakeGpu(), FakeGpu(mig=1)])))
-    assert labels[keys.AGENT_MIG] == "true"
+    assert labels[names.AGENT_MIG] == "true"
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_nvml_init_failure_is_a_clean_no_gpus_result(error: int) -> None:
     assert topo.count == 0
     assert topo.unavailable_reason is not None
     assert topo.unavailable_reason.startswith("NVML unavailable")
-    assert labels_for(topo) == {keys.AGENT_PRESENT: "false"}
+    assert labels_for(topo) == {names.AGENT_PRESENT: "false"}
     assert "shutdown" not in fake.calls
 
 
@@ -240,9 +240,9 @@ def test_real_pynvml_on_a_machine_without_a_driver_reports_no_gpus() -> None:
     topo = NvmlProbe().probe()
     if topo.count == 0:
         assert topo.unavailable_reason
-        assert labels_for(topo) == {keys.AGENT_PRESENT: "false"}
+        assert labels_for(topo) == {names.AGENT_PRESENT: "false"}
     else:  # a developer machine with a GPU: the probe still must not crash
-        assert labels_for(topo)[keys.AGENT_PRESENT] == "true"
+        assert labels_for(topo)[names.AGENT_PRESENT] == "true"
 
 
 def test_the_probe_uses_the_real_module_when_none_is_injected(
@@ -258,8 +258,8 @@ def test_the_probe_uses_the_real_module_when_none_is_injected(
                  "nvmlDeviceGetMigMode", "nvmlDeviceGetGpuFabricInfoV"):  # fmt: skip
         monkeypatch.setattr(pynvml, name, getattr(fake, name))
     labels = labels_for(NvmlProbe().probe())
-    assert labels[keys.AGENT_COUNT] == "2"
-    assert labels[keys.AGENT_NVLINK_FULLY_CONNECTED] == "true"
+    assert labels[names.AGENT_COUNT] == "2"
+    assert labels[names.AGENT_NVLINK_FULLY_CONNECTED] == "true"
 
 
 # --- multi-node NVLink (fabric info, gpu-topology §2.6) ----------------------------------------
@@ -275,60 +275,60 @@ def gb200(fabric: tuple[bytes, int, int, int, int, int] | None) -> FakeGpu:
 def test_gb200_tray_with_a_completed_fabric_publishes_the_clique() -> None:
     fab = (GB200_CLUSTER.bytes, 4026, *OK, 0, HEALTHY)
     labels = labels_for(probe(FakeSpec(gpus=[gb200(fab)] * 4)))
-    assert labels[keys.AGENT_MNNVL_STATE] == "ready"
-    assert labels[keys.AGENT_MNNVL_CLIQUE] == "9c6f5af3-53bf-49b5-a436-b66766c413c3.4026"
-    assert labels[keys.AGENT_MNNVL_DOMAIN] == "9c6f5af3-53bf-49b5-a436-b66766c413c3"
+    assert labels[names.AGENT_MNNVL_STATE] == "ready"
+    assert labels[names.AGENT_MNNVL_CLIQUE] == "9c6f5af3-53bf-49b5-a436-b66766c413c3.4026"
+    assert labels[names.AGENT_MNNVL_DOMAIN] == "9c6f5af3-53bf-49b5-a436-b66766c413c3"
 
 
 def test_the_v2_struct_is_used_when_the_driver_rejects_v3() -> None:
     fab = (GB200_CLUSTER.bytes, 4026, *OK, 0, HEALTHY)
     topo = probe(FakeSpec(gpus=[gb200(fab)] * 2, fabric_v3=False))
     assert topo.gpus[0].fabric.health_summary is None
-    assert labels_for(topo)[keys.AGENT_MNNVL_STATE] == "ready"
+    assert labels_for(topo)[names.AGENT_MNNVL_STATE] == "ready"
 
 
 def test_t15_completed_with_insufficient_resources_is_rejected_as_degraded() -> None:
     fab = (bytes(16), 0, pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
            pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, 0, 0)  # fmt: skip
     labels = labels_for(probe(FakeSpec(gpus=[gb200(fab)] * 4)))
-    assert labels[keys.AGENT_MNNVL_STATE] == "degraded"
-    assert keys.AGENT_MNNVL_CLIQUE not in labels
-    assert keys.AGENT_MNNVL_DOMAIN not in labels
+    assert labels[names.AGENT_MNNVL_STATE] == "degraded"
+    assert names.AGENT_MNNVL_CLIQUE not in labels
+    assert names.AGENT_MNNVL_DOMAIN not in labels
 
 
 def test_h100_completed_with_a_zero_cluster_uuid_is_not_a_domain() -> None:
     fab = (bytes(16), 0, *OK, 0, 0)
     labels = labels_for(probe(FakeSpec(gpus=[FakeGpu(name="NVIDIA H100 80GB HBM3")] * 8)))
-    assert labels[keys.AGENT_MNNVL_STATE] == "none"
+    assert labels[names.AGENT_MNNVL_STATE] == "none"
     labels = labels_for(probe(FakeSpec(gpus=[gb200(fab)] * 8)))
-    assert labels[keys.AGENT_MNNVL_STATE] == "none"
-    assert keys.AGENT_MNNVL_CLIQUE not in labels
+    assert labels[names.AGENT_MNNVL_STATE] == "none"
+    assert names.AGENT_MNNVL_CLIQUE not in labels
 
 
 def test_t18_fabric_not_supported_yet_is_none_and_in_progress_is_pending() -> None:
     not_supported = (bytes(16), 0, pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, 0, 0, 0)
     labels = labels_for(probe(FakeSpec(gpus=[gb200(not_supported)] * 4)))
-    assert labels[keys.AGENT_MNNVL_STATE] == "none"
+    assert labels[names.AGENT_MNNVL_STATE] == "none"
     in_progress = (bytes(16), 0, pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 0, 0, 0)
     labels = labels_for(probe(FakeSpec(gpus=[gb200(in_progress)] * 4)))
-    assert labels[keys.AGENT_MNNVL_STATE] == "pending"
-    assert keys.AGENT_MNNVL_CLIQUE not in labels
+    assert labels[names.AGENT_MNNVL_STATE] == "pending"
+    assert names.AGENT_MNNVL_CLIQUE not in labels
 
 
 def test_one_gpu_failing_on_mnnvl_hardware_degrades_the_node_and_drops_the_clique() -> None:
     good = (GB200_CLUSTER.bytes, 4026, *OK, 0, HEALTHY)
     bad = (bytes(16), 0, pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_ERROR_UNKNOWN, 0, 0)
     labels = labels_for(probe(FakeSpec(gpus=[gb200(good)] * 3 + [gb200(bad)])))
-    assert labels[keys.AGENT_MNNVL_STATE] == "degraded"
-    assert keys.AGENT_MNNVL_CLIQUE not in labels
+    assert labels[names.AGENT_MNNVL_STATE] == "degraded"
+    assert names.AGENT_MNNVL_CLIQUE not in labels
 
 
 def test_gpus_disagreeing_on_the_clique_degrade_the_node() -> None:
     a = (GB200_CLUSTER.bytes, 1, *OK, 0, HEALTHY)
     b = (GB200_CLUSTER.bytes, 2, *OK, 0, HEALTHY)
     labels = labels_for(probe(FakeSpec(gpus=[gb200(a), gb200(b)])))
-    assert labels[keys.AGENT_MNNVL_STATE] == "degraded"
-    assert keys.AGENT_MNNVL_CLIQUE not in labels
+    assert labels[names.AGENT_MNNVL_STATE] == "degraded"
+    assert names.AGENT_MNNVL_CLIQUE not in labels
 
 
 @pytest.mark.parametrize(
@@ -345,8 +345,8 @@ def test_gpus_disagreeing_on_the_clique_degrade_the_node() -> None:
 def test_fabric_health_problems_keep_the_clique_but_say_degraded(mask: int, summary: int) -> None:
     fab = (GB200_CLUSTER.bytes, 4026, *OK, mask, summary)
     labels = labels_for(probe(FakeSpec(gpus=[gb200(fab)] * 4)))
-    assert labels[keys.AGENT_MNNVL_STATE] == "degraded"
-    assert labels[keys.AGENT_MNNVL_CLIQUE].endswith(".4026")
+    assert labels[names.AGENT_MNNVL_STATE] == "degraded"
+    assert labels[names.AGENT_MNNVL_CLIQUE].endswith(".4026")
 
 
 def test_all_false_health_mask_0xaa_is_healthy() -> None:
@@ -357,7 +357,7 @@ def test_all_false_health_mask_0xaa_is_healthy() -> None:
         0xAA,
         pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED,
     )
-    assert labels_for(probe(FakeSpec(gpus=[gb200(fab)] * 4)))[keys.AGENT_MNNVL_STATE] == "ready"
+    assert labels_for(probe(FakeSpec(gpus=[gb200(fab)] * 4)))[names.AGENT_MNNVL_STATE] == "ready"
 
 
 # --- recorded topologies -----------------------------------------------------------------------

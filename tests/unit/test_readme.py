@@ -39,9 +39,9 @@ def test_readme_command_examples_run(command: str) -> None:
 
 
 def test_readme_mentions_every_condition_reason_and_command() -> None:
-    from deepseek_operator.api import status
+    from deepseek_operator import names
 
-    reasons = [v for k, v in vars(status).items() if k.startswith("REASON_")]
+    reasons = [v for k, v in vars(names).items() if k.startswith("REASON_")]
     for reason in reasons:
         assert reason in README, reason
     for command in ("render", "crds", "topology", "run", "agent"):

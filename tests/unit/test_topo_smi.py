@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deepseek_operator.topology import labels as keys
+from deepseek_operator import names
 from deepseek_operator.topology.agent_labels import is_valid_label_value, labels_for
 from deepseek_operator.topology.command import topology_command
 from deepseek_operator.topology.topo_smi import parse_topo, parse_topo_matrix
@@ -83,17 +83,17 @@ def test_capture_gives_the_documented_answer(
 ) -> None:
     topology = parse_topo(fixture(name))
     labels = labels_for(topology)
-    assert labels[keys.AGENT_PRESENT] == "true"
-    assert labels[keys.AGENT_COUNT] == str(count)
-    assert labels[keys.AGENT_NVLINK_FULLY_CONNECTED] == connected
-    assert labels[keys.AGENT_NVLINK_DOMAIN_SIZE] == str(domain_size)
+    assert labels[names.AGENT_PRESENT] == "true"
+    assert labels[names.AGENT_COUNT] == str(count)
+    assert labels[names.AGENT_NVLINK_FULLY_CONNECTED] == connected
+    assert labels[names.AGENT_NVLINK_DOMAIN_SIZE] == str(domain_size)
     assert topology.nvlink_domain() == domain
-    assert all(k.startswith(keys.AGENT_PREFIX) for k in labels)
+    assert all(k.startswith(names.AGENT_PREFIX) for k in labels)
     assert all(is_valid_label_value(v) for v in labels.values())
     # A capture cannot say these; the labels are left out rather than guessed.
-    for absent in (keys.AGENT_NVLINK_LINKS, keys.AGENT_NVLINK_SWITCH, keys.AGENT_MIG):
+    for absent in (names.AGENT_NVLINK_LINKS, names.AGENT_NVLINK_SWITCH, names.AGENT_MIG):
         assert absent not in labels
-    assert keys.AGENT_MNNVL_STATE not in labels
+    assert names.AGENT_MNNVL_STATE not in labels
 
 
 def test_t1_every_pair_is_nv18() -> None:
@@ -106,25 +106,25 @@ def test_t1_every_pair_is_nv18() -> None:
 
 def test_t3_preamble_gives_product_cc_sm_family_and_driver() -> None:
     labels = labels_for(parse_topo(fixture("t03-b300-slice-2gpu")))
-    assert labels[keys.AGENT_PRODUCT] == "NVIDIA-B300-SXM6-AC"
-    assert labels[keys.AGENT_CC] == "10.3"
-    assert labels[keys.AGENT_SM_FAMILY] == "sm100"
-    assert labels[keys.AGENT_DRIVER] == "595.71.05"
+    assert labels[names.AGENT_PRODUCT] == "NVIDIA-B300-SXM6-AC"
+    assert labels[names.AGENT_CC] == "10.3"
+    assert labels[names.AGENT_SM_FAMILY] == "sm100"
+    assert labels[names.AGENT_DRIVER] == "595.71.05"
 
 
 def test_t4_glued_nic_cells_do_not_disturb_the_gpu_cells() -> None:
     matrix = parse_topo_matrix(fixture("t04-b200-column-glue"))
     assert matrix.codes[0] == ("X", *["NV18"] * 7)
     labels = labels_for(parse_topo(fixture("t04-b200-column-glue")))
-    assert labels[keys.AGENT_PRODUCT] == "NVIDIA-B200"
-    assert labels[keys.AGENT_CC] == "10.0"
-    assert labels[keys.AGENT_DRIVER] == "570.124.06"
+    assert labels[names.AGENT_PRODUCT] == "NVIDIA-B200"
+    assert labels[names.AGENT_CC] == "10.0"
+    assert labels[names.AGENT_DRIVER] == "570.124.06"
 
 
 def test_t5_gb200_tray_names_and_cc() -> None:
     labels = labels_for(parse_topo(fixture("t05-gb200-tray")))
-    assert labels[keys.AGENT_PRODUCT] == "NVIDIA-GB200"
-    assert labels[keys.AGENT_SM_FAMILY] == "sm100"
+    assert labels[names.AGENT_PRODUCT] == "NVIDIA-GB200"
+    assert labels[names.AGENT_SM_FAMILY] == "sm100"
 
 
 def test_t7_gpu2_has_no_nvlink_and_the_rest_is_complete() -> None:
@@ -220,7 +220,7 @@ def test_old_soc_code_is_read_as_sys() -> None:
     matrix = parse_topo_matrix("GPU0 GPU1\nGPU0 X SOC\nGPU1 SOC X\n")
     assert matrix.codes[0][1] == "SYS"
     assert (
-        labels_for(parse_topo("GPU0 GPU1\nGPU0 X SOC\n"))[keys.AGENT_NVLINK_FULLY_CONNECTED]
+        labels_for(parse_topo("GPU0 GPU1\nGPU0 X SOC\n"))[names.AGENT_NVLINK_FULLY_CONNECTED]
         == "false"
     )
 
@@ -234,15 +234,15 @@ def test_nic_columns_named_like_mlx5_are_ignored() -> None:
         "mlx5_1  SYS     PIX     SYS      X\n"
     )
     labels = labels_for(parse_topo(text))
-    assert labels[keys.AGENT_NVLINK_FULLY_CONNECTED] == "true"
-    assert labels[keys.AGENT_COUNT] == "2"
+    assert labels[names.AGENT_NVLINK_FULLY_CONNECTED] == "true"
+    assert labels[names.AGENT_COUNT] == "2"
 
 
 def test_single_gpu_without_nics_or_affinity_columns() -> None:
     labels = labels_for(parse_topo("\tGPU0\nGPU0\t X \n"))
-    assert labels[keys.AGENT_COUNT] == "1"
-    assert labels[keys.AGENT_NVLINK_FULLY_CONNECTED] == "true"  # vacuously, as in vLLM
-    assert labels[keys.AGENT_NVLINK_DOMAIN_SIZE] == "1"
+    assert labels[names.AGENT_COUNT] == "1"
+    assert labels[names.AGENT_NVLINK_FULLY_CONNECTED] == "true"  # vacuously, as in vLLM
+    assert labels[names.AGENT_NVLINK_DOMAIN_SIZE] == "1"
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def test_command_text_prints_aligned_labels(capsys: pytest.CaptureFixture[str]) 
 def test_command_json_has_labels_and_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_command(FIXTURES / "t09-h100-direct-nv6.txt", "json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["labels"][keys.AGENT_NVLINK_FULLY_CONNECTED] == "true"
+    assert doc["labels"][names.AGENT_NVLINK_FULLY_CONNECTED] == "true"
     assert doc["matrix"]["codes"][0] == ["X", "NV6", "NV6", "NV6"]
     assert doc["matrix"]["nvlink"][1] == [True, True, True, True]
     assert doc["annotation"]["nvlink"] == "1" * 16

@@ -29,9 +29,9 @@ from typing import Any, TextIO
 
 from deepseek_operator.agent.logs import configure_logging
 from deepseek_operator.agent.publisher import NodePublisher, PublishError
+from deepseek_operator.names import AGENT_NVLINK_FULLY_CONNECTED, AGENT_TOPOLOGY_ANNOTATION
 from deepseek_operator.topology.agent_labels import annotation_for, labels_for
 from deepseek_operator.topology.gpu_topology import GpuTopology
-from deepseek_operator.topology.labels import AGENT_TOPOLOGY_ANNOTATION
 from deepseek_operator.topology.probe import Probe, ProbeError, RecordedProbe
 
 log = logging.getLogger("deepseek_operator.agent")
@@ -101,9 +101,7 @@ class Agent:
                     "labels_changed": len(patch_meta.get("labels", {})),
                     "annotations_changed": len(patch_meta.get("annotations", {})),
                     "gpus": topology.count,
-                    "fully_connected": labels.get(
-                        "gpu.deepseek-operator.io/nvlink.fully-connected", "n/a"
-                    ),
+                    "fully_connected": labels.get(AGENT_NVLINK_FULLY_CONNECTED, "n/a"),
                 },
             )
         else:

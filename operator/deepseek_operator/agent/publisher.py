@@ -1,7 +1,7 @@
 """Publish the agent's labels and annotation on its own Node, touching nothing else.
 
 Rules (design.md §4, gpu-topology.md §5.1): patch only the Node named at construction; only keys
-under :data:`~deepseek_operator.topology.labels.AGENT_PREFIX`; remove keys under that prefix that
+under :data:`~deepseek_operator.names.AGENT_PREFIX`; remove keys under that prefix that
 are no longer wanted (whoever set them, the prefix is ours); send nothing when the Node already
 carries exactly the wanted values, so Node watchers (the operator) are not woken for nothing.
 The patch is a JSON merge patch holding only our keys (``null`` deletes), so labels set by
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deepseek_operator.topology.labels import AGENT_PREFIX
+from deepseek_operator.names import AGENT_FIELD_MANAGER, AGENT_PREFIX
 
 log = logging.getLogger("deepseek_operator.agent")
 
@@ -124,7 +124,7 @@ class NodePublisher:
         max_attempts: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
         prefix: str = AGENT_PREFIX,
-        field_manager: str = "deepseek-operator-agent",
+        field_manager: str = AGENT_FIELD_MANAGER,
     ) -> None:
         if not node_name:
             raise ValueError("the node name must not be empty")

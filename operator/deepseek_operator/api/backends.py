@@ -50,8 +50,3 @@ FLASHINFER_MOE_EP_ARCHITECTURES: frozenset[str] = frozenset(
 def normalize_backend(value: str) -> str:
     """Spell a backend the way vLLM's validator does: lower case, '-' becomes '_'."""
     return value.lower().replace("-", "_")
-
-
-def is_mega_moe(backend: str) -> bool:
-    """True for the backends that take DeepSeek V4's MegaMoE path."""
-    return normalize_backend(backend) in MEGA_MOE_BACKENDS

@@ -17,17 +17,18 @@ import yaml
 from deepseek_operator.api.rules import rules_for_scope
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
-
-GROUP = "serving.deepseek-operator.io"
-VERSION = "v1alpha1"
-KIND = "DeepSeekServing"
-PLURAL = "deepseekservings"
-SINGULAR = "deepseekserving"
-SHORT_NAMES = ["dss"]
-CATEGORIES = ["deepseek"]
-API_VERSION = f"{GROUP}/{VERSION}"
-CRD_NAME = f"{PLURAL}.{GROUP}"
-CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
+from deepseek_operator.names import (
+    CATEGORIES,
+    CRD_NAME,
+    GROUP,
+    KIND,
+    LABEL_NAME,
+    PLURAL,
+    PROJECT,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+)
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {
@@ -174,7 +175,7 @@ def build_crd() -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": CRD_NAME,
-            "labels": {"app.kubernetes.io/name": "deepseek-operator"},
+            "labels": {LABEL_NAME: PROJECT},
         },
         "spec": {
             "group": GROUP,

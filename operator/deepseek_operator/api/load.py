@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deepseek_operator.api.crd import API_VERSION, KIND
 from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.names import API_VERSION, KIND
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from deepseek_operator.api.backends import (
     FLASHINFER_MOE_EP_BACKENDS,
     MEGA_MOE_BACKENDS,
     MOE_BACKENDS,
-    normalize_backend,
 )
 
 if TYPE_CHECKING:
@@ -125,19 +124,15 @@ class SpecRule:
 
 
 def _mega_requires_ep(spec: DeepSeekServingSpec) -> bool:
-    return normalize_backend(spec.moe_backend) not in MEGA_MOE_BACKENDS or (
-        spec.parallelism.expert_parallel
-    )
+    return spec.moe_backend not in MEGA_MOE_BACKENDS or (spec.parallelism.expert_parallel)
 
 
 def _known_backend(spec: DeepSeekServingSpec) -> bool:
-    return normalize_backend(spec.moe_backend) in MOE_BACKENDS
+    return spec.moe_backend in MOE_BACKENDS
 
 
 def _fi_rejects_eplb(spec: DeepSeekServingSpec) -> bool:
-    return normalize_backend(spec.moe_backend) not in FLASHINFER_MOE_EP_BACKENDS or (
-        not spec.parallelism.enable_eplb
-    )
+    return spec.moe_backend not in FLASHINFER_MOE_EP_BACKENDS or (not spec.parallelism.enable_eplb)
 
 
 def _dp_local_divides(spec: DeepSeekServingSpec) -> bool:
@@ -188,7 +183,7 @@ SPEC_RULES: tuple[SpecRule, ...] = (
             + "); case and '-' are normalised as vLLM does"
         ),
         holds=_known_backend,
-        value=lambda s: s.moe_backend,
+        value=lambda s: s.moe_backend_as_written,
     ),
     SpecRule(
         name="MegaMoERequiresExpertParallel",
@@ -205,7 +200,7 @@ SPEC_RULES: tuple[SpecRule, ...] = (
             "spec.parallelism.expertParallel: true. vLLM: " + VLLM_MEGA_MOE_REQUIRES_EP
         ),
         holds=_mega_requires_ep,
-        value=lambda s: s.moe_backend,
+        value=lambda s: s.moe_backend_as_written,
     ),
     SpecRule(
         name="FlashInferMoEEPRejectsEPLB",

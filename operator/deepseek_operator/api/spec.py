@@ -8,11 +8,21 @@ validator, and the same rules run in the API server as CEL.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from deepseek_operator.api.backends import normalize_backend
 from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.rules import SPEC_RULES
 
@@ -220,12 +230,34 @@ class DeepSeekServingSpec(ApiModel):
     port: int = Field(default=8000, ge=1, le=65535)
     """HTTP port of the OpenAI-compatible server and of the Service."""
 
-    @model_validator(mode="after")
-    def _static_rules(self) -> DeepSeekServingSpec:
+    # The user's spelling of moeBackend, kept for messages and status.decision.requested.
+    _moe_backend_as_written: str = PrivateAttr(default="")
+
+    @field_validator("moe_backend")
+    @classmethod
+    def _normalise_moe_backend(cls, value: str) -> str:
+        # The one place the backend's spelling is normalised; everything after reads it as is.
+        return normalize_backend(value)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _static_rules(
+        cls, data: Any, handler: ModelWrapValidatorHandler[DeepSeekServingSpec]
+    ) -> DeepSeekServingSpec:
+        spec = handler(data)
+        if isinstance(data, Mapping):
+            written = data.get("moeBackend", data.get("moe_backend"))
+            if isinstance(written, str):
+                spec._moe_backend_as_written = written
         for rule in SPEC_RULES:
-            if not rule.holds(self):
-                raise SpecError(rule.full_path, rule.value(self), rule.message)
-        return self
+            if not rule.holds(spec):
+                raise SpecError(rule.full_path, rule.value(spec), rule.message)
+        return spec
+
+    @property
+    def moe_backend_as_written(self) -> str:
+        """spec.moeBackend exactly as the user wrote it (``moe_backend`` is the normalised value)."""
+        return self._moe_backend_as_written or self.moe_backend
 
     def env_value(self, name: str) -> str | None:
         """The literal value of env var ``name`` in ``spec.env`` (None when absent or valueFrom)."""

@@ -12,41 +12,6 @@ from pydantic import Field
 
 from deepseek_operator.api.spec import ApiModel
 
-# Condition types (design.md §2).
-BACKEND_RESOLVED = "BackendResolved"
-"""The MoE backend was decided and can run on at least one candidate node."""
-PLACEABLE = "Placeable"
-"""Enough eligible nodes exist for every replica's expert-parallel group."""
-READY = "Ready"
-"""All replicas' pods are ready (summary, positive polarity)."""
-
-# Reasons.
-REASON_MEGA_MOE_SELECTED = "MegaMoESelected"
-"""auto became deep_gemm_mega_moe: every vLLM condition holds on the eligible nodes."""
-REASON_KEPT_AUTO = "KeptAuto"
-"""auto stays auto (vLLM picks its FusedMoE backend); the decision's reason names the failed check."""
-REASON_EXPLICIT = "Explicit"
-"""The user's explicit backend is kept and vLLM's hard guards hold."""
-REASON_ENOUGH_NODES = "EnoughNodes"
-"""Eligible nodes can hold every replica."""
-REASON_INSUFFICIENT_NODES = "InsufficientNodes"
-"""Too few eligible nodes (or GPUs) for all replicas."""
-REASON_ALL_REPLICAS_READY = "AllReplicasReady"
-"""Every replica has its pods ready."""
-REASON_REPLICAS_NOT_READY = "ReplicasNotReady"
-"""Some replicas are not ready yet (loading weights can take tens of minutes)."""
-REASON_NOT_PLACEABLE = "NotPlaceable"
-"""Ready is False because the workload cannot be placed."""
-REASON_BACKEND_UNRUNNABLE = "BackendUnrunnable"
-"""Ready is False because the explicit backend cannot run anywhere."""
-REASON_INVALID_SPEC = "InvalidSpec"
-"""The spec breaks a static rule (normally stopped by the API server's CEL rules)."""
-
-
-def failed_reason(check_name: str) -> str:
-    """Reason for a decision that stopped at ``check_name``, e.g. ``GPUArchitectureFailed``."""
-    return f"{check_name}Failed"
-
 
 class Check(ApiModel):
     """One rule of the decision, with the values it observed."""

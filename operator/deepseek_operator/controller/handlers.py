@@ -22,19 +22,27 @@ from typing import Any
 
 import kopf
 
-from deepseek_operator.api.crd import GROUP, PLURAL, VERSION
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import FIELD_MANAGER, KubeClient
+from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.controller.reconcile import Reconciler
-from deepseek_operator.render.workload import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+from deepseek_operator.names import (
+    FIELD_MANAGER,
+    GFD_TIMESTAMP,
+    GROUP,
+    KOPF_ANNOTATION_PREFIX,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PLURAL,
+    VERSION,
+)
 from deepseek_operator.topology.inventory import NodeFacts, NodeInventory, node_facts
 
 log = logging.getLogger("deepseek_operator.controller")
 
-ANNOTATION_PREFIX = "serving.deepseek-operator.io"
 NODE_DEBOUNCE_S = 1.0
 CHILD_DEBOUNCE_S = 0.2
-IGNORED_NODE_LABELS = ("nvidia.com/gfd.timestamp",)
+IGNORED_NODE_LABELS = (GFD_TIMESTAMP,)
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
 
 
@@ -75,10 +83,10 @@ STATE = _State()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Keep kopf's bookkeeping in annotations (the structural schema prunes unknown status)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATION_PREFIX
+        prefix=KOPF_ANNOTATION_PREFIX
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration", ignored_fields=["status"]
+        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration", ignored_fields=["status"]
     )
     # Two replicas without their peering object would both act: refuse to run instead.
     settings.peering.mandatory = not settings.peering.standalone

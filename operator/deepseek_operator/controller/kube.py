@@ -12,15 +12,14 @@ import threading
 from typing import Any
 
 from deepseek_operator.controller import metrics
-
-FIELD_MANAGER = "deepseek-operator"
+from deepseek_operator.names import API_VERSION, FIELD_MANAGER, PLURAL
 
 _PLURALS = {
     ("v1", "Service"): ("/api/v1", "services"),
     ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
     ("apps/v1", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
 }
-DSS_PREFIX = "/apis/serving.deepseek-operator.io/v1alpha1"
+DSS_PREFIX = f"/apis/{API_VERSION}"
 
 
 class KubeClient:
@@ -102,7 +101,7 @@ class KubeClient:
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> Any:
         """Merge-patch the DeepSeekServing's status subresource."""
-        path = f"{DSS_PREFIX}/namespaces/{namespace}/deepseekservings/{name}/status"
+        path = f"{DSS_PREFIX}/namespaces/{namespace}/{PLURAL}/{name}/status"
         return await asyncio.to_thread(
             self._call, "PATCH", path, {"status": status}, "application/merge-patch+json"
         )

@@ -16,16 +16,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepseek_operator.api.backends import normalize_backend
 from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.load import ServingObject, parse_serving
-from deepseek_operator.api.status import (
-    REASON_INVALID_SPEC,
-)
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.resolve import PreviousDecision, Resolution, resolve
+from deepseek_operator.names import (
+    EVENT_BACKEND_RESOLVED,
+    EVENT_BACKEND_UNRUNNABLE,
+    EVENT_INVALID_SPEC,
+    LABEL_REPLICA,
+)
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
-from deepseek_operator.render.workload import LABEL_REPLICA, render_objects
+from deepseek_operator.render.workload import render_objects
 from deepseek_operator.topology.inventory import NodeInventory
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -65,7 +69,7 @@ def previous_decision(body: Mapping[str, Any]) -> PreviousDecision | None:
     if not resolved.get("moeBackend") or status.get("observedGeneration") != generation:
         return None
     return PreviousDecision(
-        str(resolved["moeBackend"]),
+        normalize_backend(str(resolved["moeBackend"])),
         str(decision.get("reason", "")),
         serving=int(status.get("readyReplicas") or 0) > 0,
     )
@@ -154,7 +158,7 @@ class Reconciler:
                 )
                 if status != body.get("status"):
                     await self._write_status(key, status)
-                    self._event(body, "Warning", REASON_INVALID_SPEC, exc.one_line())
+                    self._event(body, "Warning", EVENT_INVALID_SPEC, exc.one_line())
                 return Outcome(status_patched=True)
             except Exception as exc:
                 metrics.RECONCILES.labels(trigger, "error").inc()
@@ -270,7 +274,7 @@ class Reconciler:
             self._event(
                 body,
                 "Normal" if res.backend_runnable else "Warning",
-                "BackendResolved" if res.backend_runnable else "BackendUnrunnable",
+                EVENT_BACKEND_RESOLVED if res.backend_runnable else EVENT_BACKEND_UNRUNNABLE,
                 f"{verb}: --moe-backend {res.moe_backend} ({res.reason}); sequence parallel "
                 f"{'on' if res.sequence_parallel else 'off'}; {res.message}",
             )

@@ -27,17 +27,10 @@ from deepseek_operator.api.backends import (
     FLASHINFER_MOE_EP_BACKENDS,
     FLASHINFER_MOE_EP_MEGA_CUTEDSL,
     MEGA_MOE_BACKENDS,
-    normalize_backend,
 )
 from deepseek_operator.api.rules import VLLM_MEGA_MOE_REQUIRES_EP
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.api.status import (
-    REASON_EXPLICIT,
-    REASON_KEPT_AUTO,
-    REASON_MEGA_MOE_SELECTED,
-    Check,
-    failed_reason,
-)
+from deepseek_operator.api.status import Check
 from deepseek_operator.catalog.models import V4_ARCH, V41_ARCH
 from deepseek_operator.engine.facts import ModelFacts, model_facts
 from deepseek_operator.engine.placement import (
@@ -46,6 +39,12 @@ from deepseek_operator.engine.placement import (
     Requirement,
     candidates,
     place,
+)
+from deepseek_operator.names import (
+    REASON_EXPLICIT,
+    REASON_KEPT_AUTO,
+    REASON_MEGA_MOE_SELECTED,
+    failed_reason,
 )
 from deepseek_operator.topology.inventory import SOURCE_PRODUCT, NodeFacts, NodeInventory
 
@@ -142,7 +141,7 @@ def sequence_parallel(spec: DeepSeekServingSpec, backend: str) -> bool:
         p.pipeline_parallel_size == 1
         and p.expert_parallel
         and p.tensor_parallel_size > 1
-        and (normalize_backend(backend) in MEGA_MOE_BACKENDS or p.data_parallel_size > 1)
+        and (backend in MEGA_MOE_BACKENDS or p.data_parallel_size > 1)
     )
 
 
@@ -449,7 +448,7 @@ class _Context:
         condition_reason: str | None = None,
     ) -> Resolution:
         return Resolution(
-            requested=self.spec.moe_backend,
+            requested=self.spec.moe_backend_as_written,
             moe_backend=backend,
             reason=reason,
             condition_reason=condition_reason or reason,
@@ -473,7 +472,7 @@ def resolve(
     previous: PreviousDecision | None = None,
 ) -> Resolution:
     """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``."""
-    requested = normalize_backend(spec.moe_backend)
+    requested = spec.moe_backend
     facts = model_facts(spec.model)
     gpp, ppr = gpus_per_pod(spec), pods_per_replica(spec)
     ctx = _Context(
@@ -487,7 +486,7 @@ def resolve(
     )
     if requested == AUTO:
         res = _resolve_auto(ctx)
-        if previous is not None and normalize_backend(previous.moe_backend) != res.moe_backend:
+        if previous is not None and previous.moe_backend != res.moe_backend:
             res = _keep_previous(ctx, res, previous)
         return res
     if requested in MEGA_MOE_BACKENDS:
@@ -546,7 +545,7 @@ def _resolve_auto(ctx: _Context) -> Resolution:
 
 def _keep_previous(ctx: _Context, fresh: Resolution, previous: PreviousDecision) -> Resolution:
     """Stability (design.md §3): node churn never restarts serving pods."""
-    prev_backend = normalize_backend(previous.moe_backend)
+    prev_backend = previous.moe_backend
     was_mega = prev_backend == DEEP_GEMM_MEGA_MOE
     req = ctx.req(Requirement.MEGA_MOE if was_mega else Requirement.ANY_GPU)
     prev_place = ctx.place(req)

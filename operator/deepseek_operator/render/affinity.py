@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from deepseek_operator import names
 from deepseek_operator.catalog.gpus import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS
 from deepseek_operator.engine.placement import CC10_PLUS_FAMILIES, NodeRequirement, Requirement
-from deepseek_operator.topology import labels as L
+from deepseek_operator.names import UNRUNNABLE_KEY
 from deepseek_operator.topology.inventory import SM100
-
-UNRUNNABLE_KEY = "serving.deepseek-operator.io/backend-unrunnable"
 
 Expr = dict[str, Any]
 Term = list[Expr]
@@ -34,16 +33,23 @@ def _absent(key: str) -> Expr:
 def _family_terms(families: Sequence[str], majors: Sequence[str]) -> list[Term]:
     products = [p for p, cc in EXACT_PRODUCT_CC.items() if str(cc[0]) in majors]
     return [
-        [_in(L.AGENT_SM_FAMILY, families)],
-        [_absent(L.AGENT_SM_FAMILY), _in(L.GFD_CC_MAJOR, majors)],
-        [_absent(L.AGENT_SM_FAMILY), _absent(L.GFD_CC_MAJOR), _in(L.GFD_PRODUCT, products)],
+        [_in(names.AGENT_SM_FAMILY, families)],
+        [_absent(names.AGENT_SM_FAMILY), _in(names.GFD_CC_MAJOR, majors)],
+        [
+            _absent(names.AGENT_SM_FAMILY),
+            _absent(names.GFD_CC_MAJOR),
+            _in(names.GFD_PRODUCT, products),
+        ],
     ]
 
 
 def _nvlink_terms() -> list[Term]:
     return [
-        [_in(L.AGENT_NVLINK_FULLY_CONNECTED, ["true"])],
-        [_absent(L.AGENT_NVLINK_FULLY_CONNECTED), _in(L.GFD_PRODUCT, INFERRED_NVLINK_PRODUCTS)],
+        [_in(names.AGENT_NVLINK_FULLY_CONNECTED, ["true"])],
+        [
+            _absent(names.AGENT_NVLINK_FULLY_CONNECTED),
+            _in(names.GFD_PRODUCT, INFERRED_NVLINK_PRODUCTS),
+        ],
     ]
 
 
@@ -65,9 +71,12 @@ def _conjoin(left: Term, right: Term) -> Term | None:
 def _memory_terms(min_mib: int) -> list[Term]:
     above = str(min_mib - 1)  # `Gt` is strict; nodes with exactly the minimum fit
     return [
-        [{"key": L.AGENT_MEMORY_MIB, "operator": "Gt", "values": [above]}],
-        [_absent(L.AGENT_MEMORY_MIB), {"key": L.GFD_MEMORY, "operator": "Gt", "values": [above]}],
-        [_absent(L.AGENT_MEMORY_MIB), _absent(L.GFD_MEMORY)],
+        [{"key": names.AGENT_MEMORY_MIB, "operator": "Gt", "values": [above]}],
+        [
+            _absent(names.AGENT_MEMORY_MIB),
+            {"key": names.GFD_MEMORY, "operator": "Gt", "values": [above]},
+        ],
+        [_absent(names.AGENT_MEMORY_MIB), _absent(names.GFD_MEMORY)],
     ]
 
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine.resolve import Resolution
-
-DP_RPC_PORT = 13345
+from deepseek_operator.names import DP_RPC_PORT
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from deepseek_operator import names as N
 from deepseek_operator.api import status as S
 from deepseek_operator.engine.resolve import Resolution
 
@@ -58,7 +59,7 @@ def build_status(
     backend_msg = res.message
     conditions = [
         _condition(
-            S.BACKEND_RESOLVED,
+            N.BACKEND_RESOLVED,
             res.backend_runnable,
             res.condition_reason,
             backend_msg,
@@ -67,9 +68,9 @@ def build_status(
             previous_conditions,
         ),
         _condition(
-            S.PLACEABLE,
+            N.PLACEABLE,
             placement.placeable,
-            S.REASON_ENOUGH_NODES if placement.placeable else S.REASON_INSUFFICIENT_NODES,
+            N.REASON_ENOUGH_NODES if placement.placeable else N.REASON_INSUFFICIENT_NODES,
             placement.message,
             generation,
             now,
@@ -79,28 +80,28 @@ def build_status(
     all_ready = ready_replicas >= res.replicas
     if not res.backend_runnable:
         ready_reason, ready_msg = (
-            S.REASON_BACKEND_UNRUNNABLE,
+            N.REASON_BACKEND_UNRUNNABLE,
             f"{res.requested} cannot run: {res.reason}",
         )
     elif not placement.placeable and not all_ready:
         ready_reason, ready_msg = (
-            S.REASON_NOT_PLACEABLE,
+            N.REASON_NOT_PLACEABLE,
             f"{ready_replicas}/{res.replicas} replicas ready; {placement.message}",
         )
     elif all_ready:
         ready_reason, ready_msg = (
-            S.REASON_ALL_REPLICAS_READY,
+            N.REASON_ALL_REPLICAS_READY,
             f"{ready_replicas}/{res.replicas} replicas ready",
         )
     else:
         suffix = "" if observed else " (offline preview: no pods observed)"
         ready_reason, ready_msg = (
-            S.REASON_REPLICAS_NOT_READY,
+            N.REASON_REPLICAS_NOT_READY,
             f"{ready_replicas}/{res.replicas} replicas ready{suffix}",
         )
     conditions.append(
         _condition(
-            S.READY,
+            N.READY,
             all_ready and res.backend_runnable,
             ready_reason,
             ready_msg,
@@ -144,8 +145,8 @@ def invalid_spec_status(
     old_conditions = previous.get("conditions") or []
     conditions = [
         _condition(
-            ctype, False, S.REASON_INVALID_SPEC, message, generation, now, old_conditions
+            ctype, False, N.REASON_INVALID_SPEC, message, generation, now, old_conditions
         ).model_dump(by_alias=True, mode="json")
-        for ctype in (S.BACKEND_RESOLVED, S.READY)
+        for ctype in (N.BACKEND_RESOLVED, N.READY)
     ]
     return {**previous, "observedGeneration": generation, "conditions": conditions}

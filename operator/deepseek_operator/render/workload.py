@@ -11,23 +11,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepseek_operator.api.crd import API_VERSION, KIND
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.engine.resolve import Resolution
+from deepseek_operator.names import (
+    ANNOTATION_BACKEND,
+    ANNOTATION_SEQUENCE_PARALLEL,
+    API_VERSION,
+    DP_RPC_PORT,
+    DP_RPC_PORT_NAME,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_PART_OF,
+    LABEL_REPLICA,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    MANAGED_BY,
+    PROJECT,
+    SERVING_APP_NAME,
+)
 from deepseek_operator.render.affinity import node_affinity
 from deepseek_operator.render.argv import PodRole, vllm_args
-
-MANAGED_BY = "deepseek-operator"
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_PART_OF = "app.kubernetes.io/part-of"
-LABEL_SERVING = "serving.deepseek-operator.io/name"
-LABEL_REPLICA = "serving.deepseek-operator.io/replica"
-LABEL_ROLE = "serving.deepseek-operator.io/role"
-ANNOTATION_BACKEND = "serving.deepseek-operator.io/moe-backend"
-ANNOTATION_SEQUENCE_PARALLEL = "serving.deepseek-operator.io/sequence-parallel"
 
 # Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
 STARTUP_PROBE_PERIOD_S = 15
@@ -36,7 +42,7 @@ STARTUP_PROBE_FAILURES = 480
 
 def selector_labels(obj: ServingObject) -> dict[str, str]:
     """Labels that select this DeepSeekServing's serving pods."""
-    return {LABEL_NAME: "deepseek-serving", LABEL_INSTANCE: obj.name}
+    return {LABEL_NAME: SERVING_APP_NAME, LABEL_INSTANCE: obj.name}
 
 
 def common_labels(obj: ServingObject) -> dict[str, str]:
@@ -44,7 +50,7 @@ def common_labels(obj: ServingObject) -> dict[str, str]:
     return {
         **selector_labels(obj),
         LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_PART_OF: "deepseek-operator",
+        LABEL_PART_OF: PROJECT,
         LABEL_SERVING: obj.name,
     }
 
@@ -211,7 +217,7 @@ def _multi_pod(obj: ServingObject, res: Resolution) -> list[dict[str, Any]]:
                     "clusterIP": "None",
                     "publishNotReadyAddresses": True,
                     "selector": {**selector_labels(obj), LABEL_REPLICA: str(replica)},
-                    "ports": [{"name": "dp-rpc", "port": 13345}],
+                    "ports": [{"name": DP_RPC_PORT_NAME, "port": DP_RPC_PORT}],
                 },
             }
         )

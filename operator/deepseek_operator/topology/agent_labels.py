@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from deepseek_operator.topology import labels as keys
+from deepseek_operator import names
 from deepseek_operator.topology.gpu_topology import (
     FABRIC_STATE_COMPLETED,
     FABRIC_STATE_IN_PROGRESS,
@@ -98,64 +98,64 @@ def labels_for(topology: GpuTopology) -> dict[str, str]:
     found nothing" from "no agent".
     """
     if topology.count == 0:
-        return {keys.AGENT_PRESENT: "false"}
+        return {names.AGENT_PRESENT: "false"}
     gpus = topology.gpus
     out: dict[str, str] = {
-        keys.AGENT_PRESENT: "true",
-        keys.AGENT_COUNT: str(topology.count),
+        names.AGENT_PRESENT: "true",
+        names.AGENT_COUNT: str(topology.count),
     }
-    names = [g.name for g in gpus]
-    if all(n is not None for n in names):
-        product = _common([gfd_product(n) for n in names if n is not None])
+    gpu_names = [g.name for g in gpus]
+    if all(n is not None for n in gpu_names):
+        product = _common([gfd_product(n) for n in gpu_names if n is not None])
         if product:
-            out[keys.AGENT_PRODUCT] = product
+            out[names.AGENT_PRODUCT] = product
     ccs = [g.cc for g in gpus]
     if all(c is not None for c in ccs):
         cc = _common([c for c in ccs if c is not None])
         if cc:
-            out[keys.AGENT_CC] = cc
+            out[names.AGENT_CC] = cc
     majors = [g.cc_major for g in gpus]
     if all(m is not None for m in majors):
         family = _common([f"sm{m * 10}" for m in majors if m is not None])
         if family:
-            out[keys.AGENT_SM_FAMILY] = family
+            out[names.AGENT_SM_FAMILY] = family
     memories = [g.memory_mib for g in gpus]
     if all(m is not None for m in memories):
-        out[keys.AGENT_MEMORY_MIB] = str(min(m for m in memories if m is not None))
+        out[names.AGENT_MEMORY_MIB] = str(min(m for m in memories if m is not None))
     if topology.driver_version:
         driver = sanitise_label_value(topology.driver_version)
         if driver:
-            out[keys.AGENT_DRIVER] = driver
+            out[names.AGENT_DRIVER] = driver
     if topology.cuda_version:
-        out[keys.AGENT_CUDA] = topology.cuda_version
+        out[names.AGENT_CUDA] = topology.cuda_version
 
     connected = topology.fully_connected()
-    out[keys.AGENT_NVLINK_FULLY_CONNECTED] = (
+    out[names.AGENT_NVLINK_FULLY_CONNECTED] = (
         UNKNOWN if connected is None else str(connected).lower()
     )
-    out[keys.AGENT_NVLINK_DOMAIN_SIZE] = str(len(topology.nvlink_domain()))
+    out[names.AGENT_NVLINK_DOMAIN_SIZE] = str(len(topology.nvlink_domain()))
     switch = [g.nvlink_switch_attached for g in gpus]
     if any(s is True for s in switch):
-        out[keys.AGENT_NVLINK_SWITCH] = "true"
+        out[names.AGENT_NVLINK_SWITCH] = "true"
     elif all(s is False for s in switch):
-        out[keys.AGENT_NVLINK_SWITCH] = "false"
+        out[names.AGENT_NVLINK_SWITCH] = "false"
     links = [g.nvlink_active_links for g in gpus]
     if all(n is not None for n in links):
-        out[keys.AGENT_NVLINK_LINKS] = str(min(n for n in links if n is not None))
+        out[names.AGENT_NVLINK_LINKS] = str(min(n for n in links if n is not None))
 
     if topology.fabric_probed:
         state, domain_key = mnnvl_state(topology)
-        out[keys.AGENT_MNNVL_STATE] = state
+        out[names.AGENT_MNNVL_STATE] = state
         if domain_key is not None:
             cluster, _, _ = domain_key.partition(".")
-            out[keys.AGENT_MNNVL_CLIQUE] = domain_key
-            out[keys.AGENT_MNNVL_DOMAIN] = cluster
+            out[names.AGENT_MNNVL_CLIQUE] = domain_key
+            out[names.AGENT_MNNVL_DOMAIN] = cluster
 
     mig = [g.mig_enabled for g in gpus]
     if any(m is True for m in mig):
-        out[keys.AGENT_MIG] = "true"
+        out[names.AGENT_MIG] = "true"
     elif all(m is False for m in mig):
-        out[keys.AGENT_MIG] = "false"
+        out[names.AGENT_MIG] = "false"
 
     for key, value in out.items():
         if not is_valid_label_value(value):  # pragma: no cover - guarded by construction

@@ -14,13 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deepseek_operator import names
 from deepseek_operator.catalog.gpus import (
     EXACT_PRODUCT_CC,
     INFERRED_NVLINK_PRODUCTS,
     find_product,
     sm_family,
 )
-from deepseek_operator.topology import labels as L
 
 SM100 = "sm100"
 
@@ -129,20 +129,20 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     conditions = status.get("conditions") or []
     ready = all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
 
-    gfd_product = labels.get(L.GFD_PRODUCT)
-    product = labels.get(L.AGENT_PRODUCT) or gfd_product
+    gfd_product = labels.get(names.GFD_PRODUCT)
+    product = labels.get(names.AGENT_PRODUCT) or gfd_product
 
     # Compute capability: the decision uses exactly the labels node affinity can express
     # (render/affinity.py): agent sm-family, then GFD compute.major, then the exact product.
     cc: tuple[int, int] | None = None
     cc_source: str | None = None
     family: str | None = None
-    if L.AGENT_SM_FAMILY in labels:
-        family, cc_source = labels[L.AGENT_SM_FAMILY], SOURCE_AGENT
-        cc = _parse_cc(labels.get(L.AGENT_CC, ""))
-    elif L.GFD_CC_MAJOR in labels:
-        major = _int(labels[L.GFD_CC_MAJOR])
-        minor = _int(labels.get(L.GFD_CC_MINOR, "0")) or 0
+    if names.AGENT_SM_FAMILY in labels:
+        family, cc_source = labels[names.AGENT_SM_FAMILY], SOURCE_AGENT
+        cc = _parse_cc(labels.get(names.AGENT_CC, ""))
+    elif names.GFD_CC_MAJOR in labels:
+        major = _int(labels[names.GFD_CC_MAJOR])
+        minor = _int(labels.get(names.GFD_CC_MINOR, "0")) or 0
         if major is not None:
             cc, cc_source, family = (major, minor), SOURCE_GFD, sm_family(major)
     elif gfd_product in EXACT_PRODUCT_CC:
@@ -153,20 +153,20 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
 
     nvlink: bool | None = None
     nvlink_source: str | None = None
-    if L.AGENT_NVLINK_FULLY_CONNECTED in labels:
-        nvlink = _tristate(labels[L.AGENT_NVLINK_FULLY_CONNECTED])
+    if names.AGENT_NVLINK_FULLY_CONNECTED in labels:
+        nvlink = _tristate(labels[names.AGENT_NVLINK_FULLY_CONNECTED])
         nvlink_source = SOURCE_AGENT
     elif gfd_product in INFERRED_NVLINK_PRODUCTS:
         nvlink, nvlink_source = True, SOURCE_PRODUCT
-    domain = _int(labels.get(L.AGENT_NVLINK_DOMAIN_SIZE, ""))
+    domain = _int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, ""))
     # Per-GPU memory, MiB: the agent's measurement, else GFD's (the same precedence as affinity).
     memory: int | None = None
     memory_source: str | None = None
     # An unparsable value counts as 0, as a `Gt` node-selector requirement would not match it.
-    if L.AGENT_MEMORY_MIB in labels:
-        memory, memory_source = _int(labels[L.AGENT_MEMORY_MIB]) or 0, SOURCE_AGENT
-    elif L.GFD_MEMORY in labels:
-        memory, memory_source = _int(labels[L.GFD_MEMORY]) or 0, SOURCE_GFD
+    if names.AGENT_MEMORY_MIB in labels:
+        memory, memory_source = _int(labels[names.AGENT_MEMORY_MIB]) or 0, SOURCE_AGENT
+    elif names.GFD_MEMORY in labels:
+        memory, memory_source = _int(labels[names.GFD_MEMORY]) or 0, SOURCE_GFD
 
     return NodeFacts(
         name=str(meta.get("name", "")),

@@ -1,0 +1,144 @@
+"""Every Kubernetes-facing string of the project, in one place.
+
+The API group and kind, the label and annotation keys the operator writes on its children, the
+node labels it reads (GPU Feature Discovery's and the node agent's), condition types and reasons,
+event reasons, field managers and fixed ports. Changing a value here changes the contract with
+clusters that already run the operator, so a value is renamed only on purpose.
+This module imports nothing from the project: every layer may import it.
+"""
+
+from __future__ import annotations
+
+PROJECT = "deepseek-operator"
+"""The project's name as it appears in labels, field managers and the peering object."""
+
+# --- the DeepSeekServing API -----------------------------------------------------------------
+
+GROUP = "serving.deepseek-operator.io"
+VERSION = "v1alpha1"
+KIND = "DeepSeekServing"
+PLURAL = "deepseekservings"
+SINGULAR = "deepseekserving"
+SHORT_NAMES = ["dss"]
+CATEGORIES = ["deepseek"]
+API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
+
+# --- labels and annotations on the operator's children ---------------------------------------
+
+MANAGED_BY = PROJECT
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_SERVING = f"{GROUP}/name"
+LABEL_REPLICA = f"{GROUP}/replica"
+LABEL_ROLE = f"{GROUP}/role"
+ANNOTATION_BACKEND = f"{GROUP}/moe-backend"
+ANNOTATION_SEQUENCE_PARALLEL = f"{GROUP}/sequence-parallel"
+SERVING_APP_NAME = "deepseek-serving"
+"""``app.kubernetes.io/name`` of the serving pods."""
+
+UNRUNNABLE_KEY = f"{GROUP}/backend-unrunnable"
+"""A node label no node carries: pods of an unrunnable backend are pinned to it (stay Pending)."""
+
+KOPF_ANNOTATION_PREFIX = GROUP
+"""Prefix of kopf's progress and diff-base annotations on DeepSeekServings."""
+
+# --- field managers and ports ------------------------------------------------------------------
+
+FIELD_MANAGER = PROJECT
+"""Server-side apply field manager of the operator."""
+AGENT_FIELD_MANAGER = f"{PROJECT}-agent"
+"""Field manager of the node agent's label patches."""
+DEFAULT_PEERING = PROJECT
+"""Default ClusterKopfPeering name (HA)."""
+DP_RPC_PORT = 13345
+"""vLLM's ``--data-parallel-rpc-port`` on the head pod of a multi-pod replica."""
+DP_RPC_PORT_NAME = "dp-rpc"
+
+# --- node labels: GPU Feature Discovery (NVIDIA k8s-device-plugin) ---------------------------
+
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_COUNT = "nvidia.com/gpu.count"
+GFD_CC_MAJOR = "nvidia.com/gpu.compute.major"
+GFD_CC_MINOR = "nvidia.com/gpu.compute.minor"
+GFD_MEMORY = "nvidia.com/gpu.memory"
+GFD_CLIQUE = "nvidia.com/gpu.clique"
+GFD_FAMILY = "nvidia.com/gpu.family"
+GFD_PRESENT = "nvidia.com/gpu.present"
+GFD_TIMESTAMP = "nvidia.com/gfd.timestamp"
+"""Rewritten by GFD on every pass; carries no GPU fact, so node changes ignore it."""
+
+# --- node labels: our node agent (gpu-topology.md §5.2) --------------------------------------
+
+AGENT_PREFIX = "gpu.deepseek-operator.io/"
+"""The agent writes only keys under this prefix."""
+AGENT_PRESENT = AGENT_PREFIX + "present"
+AGENT_PRODUCT = AGENT_PREFIX + "product"
+AGENT_COUNT = AGENT_PREFIX + "count"
+AGENT_CC = AGENT_PREFIX + "cc"
+AGENT_SM_FAMILY = AGENT_PREFIX + "sm-family"
+AGENT_MEMORY_MIB = AGENT_PREFIX + "memory-mib"
+AGENT_DRIVER = AGENT_PREFIX + "driver"
+AGENT_CUDA = AGENT_PREFIX + "cuda"
+AGENT_NVLINK_FULLY_CONNECTED = AGENT_PREFIX + "nvlink.fully-connected"
+AGENT_NVLINK_DOMAIN_SIZE = AGENT_PREFIX + "nvlink.domain-size"
+AGENT_NVLINK_SWITCH = AGENT_PREFIX + "nvlink.switch"
+AGENT_NVLINK_LINKS = AGENT_PREFIX + "nvlink.links"
+AGENT_MNNVL_CLIQUE = AGENT_PREFIX + "mnnvl.clique"
+AGENT_MNNVL_DOMAIN = AGENT_PREFIX + "mnnvl.domain"
+AGENT_MNNVL_STATE = AGENT_PREFIX + "mnnvl.state"
+AGENT_MIG = AGENT_PREFIX + "mig"
+AGENT_TOPOLOGY_ANNOTATION = AGENT_PREFIX + "topology"
+"""One JSON annotation with the pairwise P2P-NVLink matrix (gpu-topology.md §5.3)."""
+TRISTATE_VALUES = ("true", "false", "unknown")
+
+# --- condition types (design.md §2) ----------------------------------------------------------
+
+BACKEND_RESOLVED = "BackendResolved"
+"""The MoE backend was decided and can run on at least one candidate node."""
+PLACEABLE = "Placeable"
+"""Enough eligible nodes exist for every replica's expert-parallel group."""
+READY = "Ready"
+"""All replicas' pods are ready (summary, positive polarity)."""
+
+# --- condition and decision reasons ----------------------------------------------------------
+
+REASON_MEGA_MOE_SELECTED = "MegaMoESelected"
+"""auto became deep_gemm_mega_moe: every vLLM condition holds on the eligible nodes."""
+REASON_KEPT_AUTO = "KeptAuto"
+"""auto stays auto (vLLM picks its FusedMoE backend); the decision's reason names the failed check."""
+REASON_EXPLICIT = "Explicit"
+"""The user's explicit backend is kept and vLLM's hard guards hold."""
+REASON_ENOUGH_NODES = "EnoughNodes"
+"""Eligible nodes can hold every replica."""
+REASON_INSUFFICIENT_NODES = "InsufficientNodes"
+"""Too few eligible nodes (or GPUs) for all replicas."""
+REASON_ALL_REPLICAS_READY = "AllReplicasReady"
+"""Every replica has its pods ready."""
+REASON_REPLICAS_NOT_READY = "ReplicasNotReady"
+"""Some replicas are not ready yet (loading weights can take tens of minutes)."""
+REASON_NOT_PLACEABLE = "NotPlaceable"
+"""Ready is False because the workload cannot be placed."""
+REASON_BACKEND_UNRUNNABLE = "BackendUnrunnable"
+"""Ready is False because the explicit backend cannot run anywhere."""
+REASON_INVALID_SPEC = "InvalidSpec"
+"""The spec breaks a static rule (normally stopped by the API server's CEL rules)."""
+
+
+def failed_reason(check_name: str) -> str:
+    """Reason for a decision that stopped at ``check_name``, e.g. ``GPUArchitectureFailed``."""
+    return f"{check_name}Failed"
+
+
+# --- event reasons -----------------------------------------------------------------------------
+
+EVENT_BACKEND_RESOLVED = BACKEND_RESOLVED
+"""Normal event: a runnable decision was made or changed."""
+EVENT_BACKEND_UNRUNNABLE = REASON_BACKEND_UNRUNNABLE
+"""Warning event: the decided (explicit) backend cannot run on any candidate node."""
+EVENT_INVALID_SPEC = REASON_INVALID_SPEC
+"""Warning event: the spec breaks a static rule."""
