@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from tests.unit.factories import agent_labels, node, spec  # noqa: E402
 
 from deepseek_operator.engine.resolve import resolve  # noqa: E402
-from deepseek_operator.topology.inventory import build_inventory  # noqa: E402
+from deepseek_operator.nodes.facts import build_inventory  # noqa: E402
 
 
 def _pool(n: int) -> list[dict[str, object]]:

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return crds_command(args)
     if args.command == "topology":
-        from deepseek_operator.topology.command import topology_command
+        from deepseek_operator.commands.topology import topology_command
 
         return topology_command(args)
     if args.command == "run":

@@ -18,13 +18,13 @@ from typing import Any
 
 import yaml
 
-from deepseek_operator.api.errors import DeepSeekOperatorError, InputError, SpecError
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.engine.resolve import Resolution, resolve
+from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
+from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.render.status import build_status, status_dict
 from deepseek_operator.render.workload import render_objects
-from deepseek_operator.topology.inventory import NodeInventory, build_inventory
 
 
 class _NoAliasDumper(yaml.SafeDumper):

@@ -23,15 +23,15 @@ import sys
 
 import pytest
 
-from deepseek_operator.topology.agent_labels import (
+from deepseek_operator.agent.gpu_topology import GpuTopology
+from deepseek_operator.agent.labels import (
     annotation_document,
     is_valid_label_value,
     labels_for,
 )
-from deepseek_operator.topology.gpu_topology import GpuTopology
-from deepseek_operator.topology.nvml import NvmlProbe
-from deepseek_operator.topology.probe import topology_to_json
-from deepseek_operator.topology.topo_smi import parse_topo
+from deepseek_operator.agent.nvml import NvmlProbe
+from deepseek_operator.agent.probe import topology_to_json
+from deepseek_operator.agent.topo_smi import parse_topo
 
 
 def check(topology: GpuTopology) -> list[str]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.topology.inventory import NodeInventory, build_inventory
+from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 
 AGENT = "gpu.deepseek-operator.io/"
 

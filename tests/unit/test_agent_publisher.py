@@ -20,8 +20,10 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from deepseek_operator import names
+from deepseek_operator.agent.gpu_topology import GpuTopology
 from deepseek_operator.agent.logs import LogfmtFormatter
 from deepseek_operator.agent.main import Agent, agent_command, desired_state
+from deepseek_operator.agent.probe import ProbeError, RecordedProbe
 from deepseek_operator.agent.publisher import (
     MERGE_PATCH,
     Backoff,
@@ -29,9 +31,7 @@ from deepseek_operator.agent.publisher import (
     PublishError,
     plan_patch,
 )
-from deepseek_operator.topology.gpu_topology import GpuTopology
-from deepseek_operator.topology.probe import ProbeError, RecordedProbe
-from deepseek_operator.topology.topo_smi import parse_topo
+from deepseek_operator.agent.topo_smi import parse_topo
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
 P = names.AGENT_PREFIX

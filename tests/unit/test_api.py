@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from deepseek_operator.api.crd import build_crd, crd_yaml
-from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.load import parse_serving, parse_spec
 from deepseek_operator.api.rules import SPEC_RULES, VLLM_MEGA_MOE_REQUIRES_EP
+from deepseek_operator.errors import SpecError
 from deepseek_operator.names import CRD_FILENAME
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 
 from deepseek_operator import names
-from deepseek_operator.topology.agent_labels import (
+from deepseek_operator.agent.gpu_topology import (
+    GpuInfo,
+    GpuTopology,
+    is_fully_connected,
+    max_nvlink_clique,
+)
+from deepseek_operator.agent.labels import (
     annotation_for,
     gfd_product,
     is_valid_label_value,
     labels_for,
     sanitise_label_value,
-)
-from deepseek_operator.topology.gpu_topology import (
-    GpuInfo,
-    GpuTopology,
-    is_fully_connected,
-    max_nvlink_clique,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topo"

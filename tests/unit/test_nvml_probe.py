@@ -17,9 +17,9 @@ import pynvml
 import pytest
 
 from deepseek_operator import names
-from deepseek_operator.topology.agent_labels import annotation_document, labels_for
-from deepseek_operator.topology.nvml import NvmlProbe
-from deepseek_operator.topology.probe import ProbeError, RecordedProbe
+from deepseek_operator.agent.labels import annotation_document, labels_for
+from deepseek_operator.agent.nvml import NvmlProbe
+from deepseek_operator.agent.probe import ProbeError, RecordedProbe
 
 GB200_CLUSTER = uuid.UUID("9c6f5af3-53bf-49b5-a436-b66766c413c3")  # gpud#1106, fixture T16
 
@@ -366,7 +366,7 @@ def test_all_false_health_mask_0xaa_is_healthy() -> None:
 def test_recorded_probe_round_trips_an_nvml_topology(tmp_path: Any) -> None:
     import json
 
-    from deepseek_operator.topology.probe import topology_to_json
+    from deepseek_operator.agent.probe import topology_to_json
 
     fab = (GB200_CLUSTER.bytes, 4026, *OK, 0, HEALTHY)
     topo = probe(FakeSpec(gpus=[gb200(fab)] * 4))

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from deepseek_operator import names
-from deepseek_operator.topology.agent_labels import is_valid_label_value, labels_for
-from deepseek_operator.topology.command import topology_command
-from deepseek_operator.topology.topo_smi import parse_topo, parse_topo_matrix
+from deepseek_operator.agent.labels import is_valid_label_value, labels_for
+from deepseek_operator.agent.topo_smi import parse_topo, parse_topo_matrix
+from deepseek_operator.commands.topology import topology_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
 

@@ -27,12 +27,12 @@ import sys
 import threading
 from typing import Any, TextIO
 
+from deepseek_operator.agent.gpu_topology import GpuTopology
+from deepseek_operator.agent.labels import annotation_for, labels_for
 from deepseek_operator.agent.logs import configure_logging
+from deepseek_operator.agent.probe import Probe, ProbeError, RecordedProbe
 from deepseek_operator.agent.publisher import NodePublisher, PublishError
 from deepseek_operator.names import AGENT_NVLINK_FULLY_CONNECTED, AGENT_TOPOLOGY_ANNOTATION
-from deepseek_operator.topology.agent_labels import annotation_for, labels_for
-from deepseek_operator.topology.gpu_topology import GpuTopology
-from deepseek_operator.topology.probe import Probe, ProbeError, RecordedProbe
 
 log = logging.getLogger("deepseek_operator.agent")
 
@@ -155,7 +155,7 @@ def agent_command(args: argparse.Namespace) -> int:
             log.error("Cannot load the recorded topology", extra={"file": recorded, "error": exc})
             return EXIT_USAGE
     else:
-        from deepseek_operator.topology.nvml import NvmlProbe
+        from deepseek_operator.agent.nvml import NvmlProbe
 
         probe = NvmlProbe()
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deepseek_operator.errors import DeepSeekOperatorError
 from deepseek_operator.names import AGENT_FIELD_MANAGER, AGENT_PREFIX
 
 log = logging.getLogger("deepseek_operator.agent")
@@ -31,7 +32,7 @@ REQUEST_TIMEOUT_S = 15.0
 _TRANSIENT_STATUS = frozenset({0, 408, 429, 500, 502, 503, 504})
 
 
-class PublishError(Exception):
+class PublishError(DeepSeekOperatorError):
     """Publishing failed for a reason retrying right away will not fix, or retries ran out."""
 
 

@@ -1,6 +1,6 @@
 """Turn a DeepSeekServing object (a dict from YAML or the API server) into a validated spec.
 
-Every failure becomes a :class:`~deepseek_operator.api.errors.SpecError` naming the field path
+Every failure becomes a :class:`~deepseek_operator.errors.SpecError` naming the field path
 (camelCase, from the object root), the value and the rule, in the API server's wording.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.errors import SpecError
 from deepseek_operator.names import API_VERSION, KIND
 
 

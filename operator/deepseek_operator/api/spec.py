@@ -23,8 +23,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from deepseek_operator.api.backends import normalize_backend
-from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.rules import SPEC_RULES
+from deepseek_operator.errors import SpecError
 
 
 class ApiModel(BaseModel):

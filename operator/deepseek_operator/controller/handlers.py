@@ -36,7 +36,7 @@ from deepseek_operator.names import (
     PLURAL,
     VERSION,
 )
-from deepseek_operator.topology.inventory import NodeFacts, NodeInventory, node_facts
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, node_facts
 
 log = logging.getLogger("deepseek_operator.controller")
 

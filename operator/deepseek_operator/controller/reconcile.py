@@ -17,20 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepseek_operator.api.backends import normalize_backend
-from deepseek_operator.api.errors import SpecError
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.resolve import PreviousDecision, Resolution, resolve
+from deepseek_operator.errors import SpecError
 from deepseek_operator.names import (
     EVENT_BACKEND_RESOLVED,
     EVENT_BACKEND_UNRUNNABLE,
     EVENT_INVALID_SPEC,
     LABEL_REPLICA,
 )
+from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
 from deepseek_operator.render.workload import render_objects
-from deepseek_operator.topology.inventory import NodeInventory
 
 log = logging.getLogger("deepseek_operator.controller")
 

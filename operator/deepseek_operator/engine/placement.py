@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.topology.inventory import NodeFacts, NodeInventory, blocking_taints
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory
+from deepseek_operator.nodes.taints import blocking_taints
 
 # Agent sm-family values with compute capability >= 10.0 (FlashInfer moe_ep's guard, A9).
 CC10_PLUS_FAMILIES: tuple[str, ...] = ("sm100", "sm110", "sm120", "sm130")

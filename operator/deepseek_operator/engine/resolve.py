@@ -46,7 +46,8 @@ from deepseek_operator.names import (
     REASON_MEGA_MOE_SELECTED,
     failed_reason,
 )
-from deepseek_operator.topology.inventory import SOURCE_PRODUCT, NodeFacts, NodeInventory
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory
+from deepseek_operator.nodes.precedence import SOURCE_PRODUCT
 
 # vLLM's exact guard messages (vllm-rules.md §4).
 VLLM_SQRTSOFTPLUS_ONLY = "DeepSeek V4 MegaMoE currently supports sqrtsoftplus routing only."

@@ -1,56 +1,22 @@
 """Node affinity for a decision: exactly the nodes :class:`NodeRequirement` admits.
 
-The terms repeat the precedence of :mod:`deepseek_operator.topology.inventory` in label
-selectors: the agent's ``sm-family`` label, else GFD's ``compute.major``, else the exact product;
-the agent's ``nvlink.fully-connected`` label, else an NVSwitch/NVL-tray product. The term lists
-are built from static data only, so node churn never changes a pod template (and never restarts
-a serving pod). :func:`node_matches` evaluates terms the way the scheduler does, for tests.
+The terms are generated from the precedence table of :mod:`deepseek_operator.nodes.precedence`,
+the same table :func:`~deepseek_operator.nodes.facts.node_facts` reads nodes with: the agent's
+``sm-family`` label, else GFD's ``compute.major``, else the exact product; the agent's
+``nvlink.fully-connected`` label, else an NVSwitch/NVL-tray product. The term lists are built
+from static data only, so node churn never changes a pod template (and never restarts a serving
+pod). :func:`node_matches` evaluates terms the way the scheduler does, for tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from deepseek_operator import names
-from deepseek_operator.catalog.gpus import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS
 from deepseek_operator.engine.placement import CC10_PLUS_FAMILIES, NodeRequirement, Requirement
 from deepseek_operator.names import UNRUNNABLE_KEY
-from deepseek_operator.topology.inventory import SM100
-
-Expr = dict[str, Any]
-Term = list[Expr]
-
-
-def _in(key: str, values: Sequence[str]) -> Expr:
-    return {"key": key, "operator": "In", "values": list(values)}
-
-
-def _absent(key: str) -> Expr:
-    return {"key": key, "operator": "DoesNotExist"}
-
-
-def _family_terms(families: Sequence[str], majors: Sequence[str]) -> list[Term]:
-    products = [p for p, cc in EXACT_PRODUCT_CC.items() if str(cc[0]) in majors]
-    return [
-        [_in(names.AGENT_SM_FAMILY, families)],
-        [_absent(names.AGENT_SM_FAMILY), _in(names.GFD_CC_MAJOR, majors)],
-        [
-            _absent(names.AGENT_SM_FAMILY),
-            _absent(names.GFD_CC_MAJOR),
-            _in(names.GFD_PRODUCT, products),
-        ],
-    ]
-
-
-def _nvlink_terms() -> list[Term]:
-    return [
-        [_in(names.AGENT_NVLINK_FULLY_CONNECTED, ["true"])],
-        [
-            _absent(names.AGENT_NVLINK_FULLY_CONNECTED),
-            _in(names.GFD_PRODUCT, INFERRED_NVLINK_PRODUCTS),
-        ],
-    ]
+from deepseek_operator.nodes.facts import SM100
+from deepseek_operator.nodes.precedence import COMPUTE, MEMORY_MIB, NVLINK, Expr, Term, label_in
 
 
 def _conjoin(left: Term, right: Term) -> Term | None:
@@ -62,22 +28,10 @@ def _conjoin(left: Term, right: Term) -> Term | None:
             values = [v for v in merged[key]["values"] if v in expr["values"]]
             if not values:
                 return None
-            merged[key] = _in(expr["key"], values)
+            merged[key] = label_in(expr["key"], values)
         else:
             merged[key] = expr
     return list(merged.values())
-
-
-def _memory_terms(min_mib: int) -> list[Term]:
-    above = str(min_mib - 1)  # `Gt` is strict; nodes with exactly the minimum fit
-    return [
-        [{"key": names.AGENT_MEMORY_MIB, "operator": "Gt", "values": [above]}],
-        [
-            _absent(names.AGENT_MEMORY_MIB),
-            {"key": names.GFD_MEMORY, "operator": "Gt", "values": [above]},
-        ],
-        [_absent(names.AGENT_MEMORY_MIB), _absent(names.GFD_MEMORY)],
-    ]
 
 
 def _product(left: list[Term], right: list[Term]) -> list[Term]:
@@ -95,20 +49,20 @@ def _kind_terms(kind: Requirement) -> list[Term] | None:
     if kind is Requirement.ANY_GPU:
         return None
     if kind is Requirement.CC_AT_LEAST_10:
-        return _family_terms(CC10_PLUS_FAMILIES, [f[2:-1] for f in CC10_PLUS_FAMILIES])
-    sm100 = _family_terms([SM100], ["10"])
+        return COMPUTE.terms(CC10_PLUS_FAMILIES)
+    sm100 = COMPUTE.terms([SM100])
     if kind is Requirement.SM100:
         return sm100
-    return _product(sm100, _nvlink_terms())
+    return _product(sm100, NVLINK.terms(True))
 
 
 def affinity_terms(requirement: NodeRequirement) -> list[Term] | None:
     """``nodeSelectorTerms`` (ORed) for ``requirement``; None when any GPU node will do."""
     if requirement.kind is Requirement.NONE:
-        return [[_in(UNRUNNABLE_KEY, [requirement.reason or "unknown"])]]
+        return [[label_in(UNRUNNABLE_KEY, [requirement.reason or "unknown"])]]
     terms = _kind_terms(requirement.kind)
     if requirement.min_gpu_memory_mib:
-        memory = _memory_terms(requirement.min_gpu_memory_mib)
+        memory = MEMORY_MIB.terms(requirement.min_gpu_memory_mib)
         terms = memory if terms is None else _product(terms, memory)
     return terms
 

@@ -18,13 +18,14 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from deepseek_operator.topology.gpu_topology import FabricInfo, GpuInfo, GpuTopology
-from deepseek_operator.topology.topo_smi import parse_topo
+from deepseek_operator.agent.gpu_topology import FabricInfo, GpuInfo, GpuTopology
+from deepseek_operator.agent.topo_smi import parse_topo
+from deepseek_operator.errors import DeepSeekOperatorError
 
 RECORDING_VERSION = 1
 
 
-class ProbeError(Exception):
+class ProbeError(DeepSeekOperatorError):
     """NVML is present but reading the GPUs failed; the caller should retry later."""
 
 

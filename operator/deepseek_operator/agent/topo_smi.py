@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from deepseek_operator.topology.gpu_topology import GpuInfo, GpuTopology
+from deepseek_operator.agent.gpu_topology import GpuInfo, GpuTopology
 
 SOURCE = "nvidia-smi topo -m"
 

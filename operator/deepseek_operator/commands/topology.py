@@ -14,9 +14,9 @@ import json
 import sys
 from typing import Any, TextIO
 
-from deepseek_operator.topology.agent_labels import annotation_document, labels_for
-from deepseek_operator.topology.gpu_topology import GpuTopology
-from deepseek_operator.topology.topo_smi import TopoMatrix, parse_topo_matrix, topology_from_matrix
+from deepseek_operator.agent.gpu_topology import GpuTopology
+from deepseek_operator.agent.labels import annotation_document, labels_for
+from deepseek_operator.agent.topo_smi import TopoMatrix, parse_topo_matrix, topology_from_matrix
 
 
 def _read(path: str) -> str:

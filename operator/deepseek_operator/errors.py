@@ -1,5 +1,9 @@
 """The project's error hierarchy and the one-line rendering of spec errors.
 
+Every error raised on purpose derives from :class:`DeepSeekOperatorError`: spec and input errors
+here, the agent's ``ProbeError`` and ``PublishError`` next to the code that raises them.
+This module imports nothing from the project, so every layer may raise these.
+
 Spec errors read like the API server's own (``spec.x: Invalid value: V: rule``), so ``render``
 and ``kubectl apply`` say the same thing about the same CR.
 """

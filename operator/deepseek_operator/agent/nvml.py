@@ -19,8 +19,8 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-from deepseek_operator.topology.gpu_topology import FabricInfo, GpuInfo, GpuTopology
-from deepseek_operator.topology.probe import ProbeError
+from deepseek_operator.agent.gpu_topology import FabricInfo, GpuInfo, GpuTopology
+from deepseek_operator.agent.probe import ProbeError
 
 _MIB = 1024 * 1024
 # Fallbacks for constants that older nvidia-ml-py releases lack (values from 13.615.71).

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from deepseek_operator import names
-from deepseek_operator.topology.gpu_topology import (
+from deepseek_operator.agent.gpu_topology import (
     FABRIC_STATE_COMPLETED,
     FABRIC_STATE_IN_PROGRESS,
     FABRIC_STATE_NOT_STARTED,

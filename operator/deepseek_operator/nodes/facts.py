@@ -1,0 +1,119 @@
+"""Node objects → a typed inventory of GPU facts (pure).
+
+Every GPU fact is read through the precedence table of :mod:`deepseek_operator.nodes.precedence`
+(agent labels over GFD labels over the exact product), the same table the node-affinity terms are
+built from, so the scheduler admits exactly the nodes the decision calls eligible. Facts inferred
+from the product are marked so every message can say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from deepseek_operator import names
+from deepseek_operator.catalog.gpus import find_product
+from deepseek_operator.nodes.precedence import COMPUTE, MEMORY_MIB, NVLINK, parse_int
+from deepseek_operator.nodes.taints import Taint, parse_taints
+
+SM100 = "sm100"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the operator knows about one node's GPUs."""
+
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, int]
+    unschedulable: bool = False
+    ready: bool = True
+    taints: tuple[Taint, ...] = ()
+    product: str | None = None
+    cc: tuple[int, int] | None = None
+    cc_source: str | None = None
+    family: str | None = None
+    nvlink_fully_connected: bool | None = None
+    nvlink_source: str | None = None
+    nvlink_domain_size: int | None = None
+    gpu_memory_mib: int | None = None
+    memory_source: str | None = None
+
+    @property
+    def is_sm100(self) -> bool:
+        """vLLM's ``is_device_capability_family(100)``: compute capability major == 10."""
+        return self.family == SM100
+
+    @property
+    def cc_text(self) -> str:
+        """``10.0`` or ``unknown``."""
+        return f"{self.cc[0]}.{self.cc[1]}" if self.cc else "unknown"
+
+    def gpus(self, resource_name: str) -> int:
+        """Allocatable GPUs of ``resource_name``."""
+        return self.allocatable.get(resource_name, 0)
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    """All nodes the operator can see, in a stable order."""
+
+    nodes: tuple[NodeFacts, ...]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def _quantity_int(value: Any) -> int:
+    """Whole units of an extended-resource quantity ('4', 4, '4000m'); 0 when unparsable."""
+    text = str(value).strip()
+    if text.endswith("m"):
+        milli = parse_int(text[:-1])
+        return milli // 1000 if milli is not None else 0
+    parsed = parse_int(text)
+    return parsed if parsed is not None else 0
+
+
+def node_facts(node: Mapping[str, Any]) -> NodeFacts:
+    """Read one Node object (as returned by the API server) into :class:`NodeFacts`."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    labels: dict[str, str] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    allocatable = {str(k): _quantity_int(v) for k, v in (status.get("allocatable") or {}).items()}
+    taints = parse_taints(spec.get("taints") or [])
+    conditions = status.get("conditions") or []
+    ready = all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
+
+    product = labels.get(names.AGENT_PRODUCT) or labels.get(names.GFD_PRODUCT)
+    compute, cc_source = COMPUTE.read(labels)
+    family, cc = compute if compute is not None else (None, None)
+    if cc is None and product is not None and (known := find_product(product)) is not None:
+        cc = known.cc  # display only; the decision rests on ``family``
+    nvlink, nvlink_source = NVLINK.read(labels)
+    domain = parse_int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, ""))
+    memory, memory_source = MEMORY_MIB.read(labels)
+
+    return NodeFacts(
+        name=str(meta.get("name", "")),
+        labels=labels,
+        allocatable=allocatable,
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ready=ready,
+        taints=taints,
+        product=product,
+        cc=cc,
+        cc_source=cc_source,
+        family=family,
+        nvlink_fully_connected=nvlink,
+        nvlink_source=nvlink_source,
+        nvlink_domain_size=domain,
+        gpu_memory_mib=memory,
+        memory_source=memory_source,
+    )
+
+
+def build_inventory(nodes: Iterable[Mapping[str, Any]]) -> NodeInventory:
+    """Build the inventory from Node objects, sorted by name for stable messages."""
+    return NodeInventory(tuple(sorted((node_facts(n) for n in nodes), key=lambda f: f.name)))

@@ -1,0 +1,209 @@
+"""Which node label states which GPU fact, and which label wins: the ONE precedence table.
+
+Precedence (design.md §4): the node agent's ``gpu.deepseek-operator.io/`` labels win over GPU
+Feature Discovery's ``nvidia.com/`` labels, which win over what the exact product name implies.
+For each fact the first source whose label key is PRESENT decides, exactly as a chain of
+``DoesNotExist`` node-selector expressions does. :meth:`Fact.read` gives the engine's view of a
+node (used by :func:`~deepseek_operator.nodes.facts.node_facts`) and :meth:`Fact.terms` the
+scheduler's (used by the affinity renderer), so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from deepseek_operator import names
+from deepseek_operator.catalog.gpus import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS, sm_family
+
+# Where a fact came from, as messages name it.
+SOURCE_AGENT = "agent"
+SOURCE_GFD = "GFD"
+SOURCE_PRODUCT = "inferred from product"
+
+Expr = dict[str, Any]
+"""One node-selector requirement (``matchExpressions`` entry)."""
+Term = list[Expr]
+"""One ``nodeSelectorTerm``: its expressions are ANDed; terms are ORed."""
+
+FactT = TypeVar("FactT")
+WantedT = TypeVar("WantedT")
+ComputeFact = tuple[str, tuple[int, int] | None]
+"""(sm family, compute capability when the labels state it)."""
+
+
+def label_in(key: str, values: Sequence[str]) -> Expr:
+    """``key In values``."""
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def label_absent(key: str) -> Expr:
+    """``key DoesNotExist``."""
+    return {"key": key, "operator": "DoesNotExist"}
+
+
+def label_at_least(key: str, minimum: int) -> Expr:
+    """``key Gt minimum - 1``: ``Gt`` is strict, and a node with exactly the minimum fits."""
+    return {"key": key, "operator": "Gt", "values": [str(minimum - 1)]}
+
+
+def parse_int(value: Any) -> int | None:
+    """An integer label value, or None when it is not one."""
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_cc(text: str) -> tuple[int, int] | None:
+    """``"10.0"`` → ``(10, 0)``; None when unparsable."""
+    major, _, minor = text.partition(".")
+    a, b = parse_int(major), parse_int(minor or "0")
+    return (a, b) if a is not None and b is not None else None
+
+
+def _tristate(text: str | None) -> bool | None:
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    return None
+
+
+def _family_major(family: str) -> str:
+    """``sm100`` → ``10``: the GFD ``compute.major`` value of an sm family."""
+    return family.removeprefix("sm")[:-1]
+
+
+@dataclass(frozen=True)
+class LabelSource(Generic[FactT, WantedT]):
+    """One label that can state a fact."""
+
+    key: str
+    origin: str  # SOURCE_AGENT, SOURCE_GFD or SOURCE_PRODUCT
+    read: Callable[[Mapping[str, str]], FactT | None]  # called only when ``key`` is present
+    selector: Callable[[WantedT], Expr]  # the expression on ``key`` that admits ``wanted``
+    # The agent's "unknown" is still the agent's statement: the fact stays unknown and the
+    # origin is kept, rather than falling back to a lower source.
+    states_unknown: bool = False
+
+
+@dataclass(frozen=True)
+class Fact(Generic[FactT, WantedT]):
+    """A GPU fact with its sources in precedence order."""
+
+    name: str
+    sources: tuple[LabelSource[FactT, WantedT], ...]
+    # Nodes with none of the labels are admitted (nothing to check against).
+    unknown_admitted: bool = False
+
+    def read(self, labels: Mapping[str, str]) -> tuple[FactT | None, str | None]:
+        """The fact and where it came from (``None, None`` when no source states it)."""
+        for source in self.sources:
+            if source.key in labels:
+                value = source.read(labels)
+                stated = value is not None or source.states_unknown
+                return value, source.origin if stated else None
+        return None, None
+
+    def terms(self, wanted: WantedT) -> list[Term]:
+        """ORed node-selector terms admitting exactly the nodes whose fact matches ``wanted``."""
+        terms: list[Term] = []
+        for rank, source in enumerate(self.sources):
+            higher = [label_absent(s.key) for s in self.sources[:rank]]
+            terms.append([*higher, source.selector(wanted)])
+        if self.unknown_admitted:
+            terms.append([label_absent(s.key) for s in self.sources])
+        return terms
+
+
+def _gfd_compute(labels: Mapping[str, str]) -> ComputeFact | None:
+    major = parse_int(labels[names.GFD_CC_MAJOR])
+    if major is None:
+        return None
+    minor = parse_int(labels.get(names.GFD_CC_MINOR, "0")) or 0
+    return sm_family(major), (major, minor)
+
+
+def _product_compute(labels: Mapping[str, str]) -> ComputeFact | None:
+    cc = EXACT_PRODUCT_CC.get(labels[names.GFD_PRODUCT])
+    return (sm_family(cc[0]), cc) if cc is not None else None
+
+
+COMPUTE: Fact[ComputeFact, Collection[str]] = Fact(
+    "compute capability",
+    (
+        LabelSource(
+            names.AGENT_SM_FAMILY,
+            SOURCE_AGENT,
+            read=lambda labels: (
+                labels[names.AGENT_SM_FAMILY],
+                parse_cc(labels.get(names.AGENT_CC, "")),
+            ),
+            selector=lambda families: label_in(names.AGENT_SM_FAMILY, list(families)),
+        ),
+        LabelSource(
+            names.GFD_CC_MAJOR,
+            SOURCE_GFD,
+            read=_gfd_compute,
+            selector=lambda families: label_in(
+                names.GFD_CC_MAJOR, [_family_major(f) for f in families]
+            ),
+        ),
+        LabelSource(
+            names.GFD_PRODUCT,
+            SOURCE_PRODUCT,
+            read=_product_compute,
+            selector=lambda families: label_in(
+                names.GFD_PRODUCT,
+                [p for p, cc in EXACT_PRODUCT_CC.items() if sm_family(cc[0]) in families],
+            ),
+        ),
+    ),
+)
+"""The sm family (and compute capability) of a node's GPUs; wanted: a set of families."""
+
+NVLINK: Fact[bool, bool] = Fact(
+    "NVLink fully connected",
+    (
+        LabelSource(
+            names.AGENT_NVLINK_FULLY_CONNECTED,
+            SOURCE_AGENT,
+            read=lambda labels: _tristate(labels[names.AGENT_NVLINK_FULLY_CONNECTED]),
+            selector=lambda _: label_in(names.AGENT_NVLINK_FULLY_CONNECTED, ["true"]),
+            states_unknown=True,
+        ),
+        LabelSource(
+            names.GFD_PRODUCT,
+            SOURCE_PRODUCT,
+            # Only the exact NVSwitch / NVL-tray products imply an all-to-all NVLink mesh.
+            read=lambda labels: (
+                True if labels[names.GFD_PRODUCT] in INFERRED_NVLINK_PRODUCTS else None
+            ),
+            selector=lambda _: label_in(names.GFD_PRODUCT, INFERRED_NVLINK_PRODUCTS),
+        ),
+    ),
+)
+"""Whether every GPU pair of the node is NVLink-connected; wanted: True."""
+
+MEMORY_MIB: Fact[int, int] = Fact(
+    "GPU memory (MiB)",
+    (
+        # An unparsable value counts as 0, as a `Gt` node-selector requirement would not match it.
+        LabelSource(
+            names.AGENT_MEMORY_MIB,
+            SOURCE_AGENT,
+            read=lambda labels: parse_int(labels[names.AGENT_MEMORY_MIB]) or 0,
+            selector=lambda minimum: label_at_least(names.AGENT_MEMORY_MIB, minimum),
+        ),
+        LabelSource(
+            names.GFD_MEMORY,
+            SOURCE_GFD,
+            read=lambda labels: parse_int(labels[names.GFD_MEMORY]) or 0,
+            selector=lambda minimum: label_at_least(names.GFD_MEMORY, minimum),
+        ),
+    ),
+    unknown_admitted=True,
+)
+"""Per-GPU memory in MiB; wanted: the minimum a pod needs."""

@@ -1,1 +1,0 @@
-"""topology package of deepseek-operator."""
