@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.unit.factories import agent_labels, node, spec  # noqa: E402
 
-from deepseek_operator.engine.resolve import resolve  # noqa: E402
+from deepseek_operator.engine.decision import resolve  # noqa: E402
 from deepseek_operator.nodes.facts import build_inventory  # noqa: E402
 
 

@@ -20,7 +20,8 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.api.status import DeepSeekServingStatus
-from deepseek_operator.engine.resolve import Resolution, resolve
+from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.render.status import build_status, status_dict
@@ -130,7 +131,8 @@ def _text(
         "",
     ]
     rows = [("RULE", "CHECK", "RESULT", "OBSERVED")] + [
-        (c.rule, c.name, "pass" if c.passed else "FAIL", c.message) for c in res.checks
+        (c.rule, c.name, "pass" if c.passed else "FAIL", c.message)
+        for c in (check.to_status() for check in res.checks)
     ]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)

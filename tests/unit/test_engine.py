@@ -8,7 +8,10 @@ import pytest
 from tests.unit.factories import agent_labels, gb200_pool, inventory, node, spec
 
 from deepseek_operator.api.backends import MOE_BACKENDS
-from deepseek_operator.engine.resolve import PreviousDecision, resolve, sequence_parallel
+from deepseek_operator.engine.checks import CheckCategory
+from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.layout import sequence_parallel
+from deepseek_operator.engine.stability import PreviousDecision
 
 # --- auto becomes deep_gemm_mega_moe only when every rule holds --------------------------------
 
@@ -369,6 +372,22 @@ def test_explicit_mega_moe_in_a_mixed_pool_is_pinned_to_sm100_nodes() -> None:
     res = resolve(spec(moeBackend="deep_gemm_mega_moe"), inv)
     assert res.backend_runnable
     assert res.eligible_nodes == ("gb0",)
+
+
+def test_check_categories_decide_what_an_explicit_backend_enforces() -> None:
+    # NVLink fails on the broken tray, but for an explicit backend it is information only: the
+    # category (not the check's name or its vLLM rule id) is what the decision filters on.
+    broken = agent_labels(fully_connected="false")
+    res = resolve(spec(moeBackend="deep_gemm_mega_moe"), inventory(node("gb0", agent=broken)))
+    nvlink = next(c for c in res.checks if c.name == "NVLinkFullyConnected")
+    assert nvlink.category is CheckCategory.INFO and nvlink.rule == "R14" and not nvlink.passed
+    assert res.backend_runnable and res.reason == "Explicit"
+    assert nvlink.to_status().rule == "info"
+    by_name = {c.name: c.category for c in res.checks}
+    assert by_name["GPUArchitecture"] is CheckCategory.NODES
+    assert by_name["ExpertParallel"] is CheckCategory.SPEC
+    assert by_name["GPUMemory"] is CheckCategory.FIT
+    assert by_name["Capacity"] is CheckCategory.PLACEMENT
 
 
 def test_explicit_mega_moe_with_fp8_experts_is_unrunnable_anywhere() -> None:

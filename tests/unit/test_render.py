@@ -7,7 +7,7 @@ import json
 from tests.unit.factories import gb200_pool, inventory, node, spec
 
 from deepseek_operator.api.load import ServingObject
-from deepseek_operator.engine.resolve import resolve
+from deepseek_operator.engine.decision import resolve
 from deepseek_operator.render.argv import vllm_args
 from deepseek_operator.render.status import build_status, status_dict
 from deepseek_operator.render.workload import render_objects

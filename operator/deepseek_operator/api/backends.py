@@ -50,3 +50,19 @@ FLASHINFER_MOE_EP_ARCHITECTURES: frozenset[str] = frozenset(
 def normalize_backend(value: str) -> str:
     """Spell a backend the way vLLM's validator does: lower case, '-' becomes '_'."""
     return value.lower().replace("-", "_")
+
+
+# Backends the MXFP4 oracle maps (``map_mxfp4_backend``, newest version, vllm-rules.md §1.3).
+MXFP4_EXPLICIT_BACKENDS: frozenset[str] = frozenset(
+    {
+        "flashinfer_trtllm",
+        "flashinfer_cutlass",
+        "triton",
+        "marlin",
+        "aiter",
+        "emulation",
+        "deep_gemm",
+        "triton_unfused",
+        "humming",
+    }
+)

@@ -20,7 +20,9 @@ from deepseek_operator.api.backends import normalize_backend
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.engine.resolve import PreviousDecision, Resolution, resolve
+from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.resolution import Resolution
+from deepseek_operator.engine.stability import PreviousDecision
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import (
     EVENT_BACKEND_RESOLVED,

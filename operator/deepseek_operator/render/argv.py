@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.engine.resolve import Resolution
+from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import DP_RPC_PORT
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from deepseek_operator import names as N
 from deepseek_operator.api import status as S
-from deepseek_operator.engine.resolve import Resolution
+from deepseek_operator.engine.resolution import Resolution
 
 
 def _condition(
@@ -121,7 +121,10 @@ def build_status(
             eligible_nodes=len(placement.eligible),
         ),
         decision=S.Decision(
-            requested=res.requested, reason=res.reason, message=res.message, checks=list(res.checks)
+            requested=res.requested,
+            reason=res.reason,
+            message=res.message,
+            checks=[c.to_status() for c in res.checks],
         ),
         replicas=res.replicas,
         ready_replicas=ready_replicas,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from deepseek_operator.api.load import ServingObject
-from deepseek_operator.engine.resolve import Resolution
+from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import (
     ANNOTATION_BACKEND,
     ANNOTATION_SEQUENCE_PARALLEL,

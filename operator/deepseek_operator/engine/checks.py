@@ -1,0 +1,89 @@
+"""What one check of the decision reports: :class:`CheckResult` and its :class:`CheckCategory`.
+
+The category says what kind of check it is (a vLLM rule on the spec, one on the nodes, a
+memory fit, the capacity count, or information only) and is what the decision filters on; the
+``rule`` is the id of the vLLM rule it mirrors (R2–R14, A1–A10, ``oracle``), for people.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from deepseek_operator.api.status import Check
+from deepseek_operator.nodes.facts import NodeFacts
+from deepseek_operator.nodes.precedence import SOURCE_PRODUCT
+
+# vLLM's exact guard messages (vllm-rules.md §4).
+VLLM_SQRTSOFTPLUS_ONLY = "DeepSeek V4 MegaMoE currently supports sqrtsoftplus routing only."
+VLLM_SM100_ONLY = "DeepGEMM MegaMoE requires SM100 GPUs."
+VLLM_DIMS_128 = "DeepGEMM MegaMoE requires hidden and intermediate sizes to be multiples of 128."
+
+
+class CheckCategory(enum.Enum):
+    """What a check is about; the decision filters checks by category, never by name."""
+
+    SPEC = "spec"  # a vLLM rule on the spec or the checkpoint: fails the same on every node
+    NODES = "nodes"  # a vLLM rule on the candidate nodes: pods are pinned where it holds
+    FIT = "fit"  # the checkpoint's memory fits the nodes' GPUs
+    PLACEMENT = "placement"  # the eligible nodes hold every replica
+    INFO = "info"  # reported, not enforced
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check of the decision, with what it observed."""
+
+    name: str  # CamelCase, e.g. GPUArchitecture
+    category: CheckCategory
+    rule: str  # the vLLM rule id it mirrors, e.g. R3 or A4 ("" when none)
+    passed: bool
+    message: str
+
+    @property
+    def enforced(self) -> bool:
+        """Whether a failure of this check decides the outcome of an explicit backend."""
+        return self.category not in (CheckCategory.INFO, CheckCategory.PLACEMENT)
+
+    def to_status(self) -> Check:
+        """The ``status.decision.checks`` entry: vLLM rules show their id, the others their category."""
+        shown = self.rule if self.category in (CheckCategory.SPEC, CheckCategory.NODES) else ""
+        return Check(
+            name=self.name,
+            rule=shown or self.category.value,
+            passed=self.passed,
+            message=self.message,
+        )
+
+
+def check(name: str, category: CheckCategory, rule: str, passed: bool, message: str) -> CheckResult:
+    """Shorthand constructor, positional in the order a reader scans a check."""
+    return CheckResult(name=name, category=category, rule=rule, passed=passed, message=message)
+
+
+def failed(checks: Sequence[CheckResult]) -> list[CheckResult]:
+    """The checks that did not pass, in order."""
+    return [c for c in checks if not c.passed]
+
+
+def short_list(names: Sequence[str], limit: int = 5) -> str:
+    """``a, b, c and 4 more``."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def describe_products(nodes: Sequence[NodeFacts]) -> str:
+    """'NVIDIA-GB200, CC 10.0' style summary of the products among ``nodes``."""
+    seen: dict[str, str] = {}
+    for n in nodes:
+        seen.setdefault(n.product or "unknown product", n.cc_text)
+    return "; ".join(f"{p}, CC {cc}" for p, cc in sorted(seen.items()))
+
+
+def inferred_note(nodes: Sequence[NodeFacts], source_attr: str, missing: str) -> str:
+    """'; N of them inferred from product (<missing>)' when some facts were inferred."""
+    inferred = [n for n in nodes if getattr(n, source_attr) == SOURCE_PRODUCT]
+    if not inferred:
+        return ""
+    return f"; {len(inferred)} of them inferred from product ({missing})"

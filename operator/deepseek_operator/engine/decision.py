@@ -1,0 +1,200 @@
+"""The backend decision: ``resolve(spec, inventory, previous)`` → :class:`Resolution`.
+
+An ordered chain of checks mirrors vLLM's rules (vllm-rules.md):
+
+* ``auto`` becomes ``deep_gemm_mega_moe`` only when every rule R2–R14 holds (the reconstructed
+  rules of vLLM PR #57220, scoped to DeepSeek V4.1) AND the SM100, fully NVLink-connected nodes
+  can hold every replica. Otherwise it stays ``auto`` and the first failing check is the reason.
+* An explicit backend is kept verbatim and checked against vLLM's hard guards (A1–A10 for the
+  MegaMoE backends, the MXFP4 oracle's map for the others). A failing guard makes the backend
+  unrunnable: ``BackendResolved=False`` and the pods are pinned to nodes where it would run.
+* Sequence parallelism follows vLLM's ``_use_sequence_parallel`` exactly (:mod:`.layout`).
+* Stability (:mod:`.stability`): node churn changes a running decision only when no eligible node
+  is left for it; a better decision is only reported.
+
+Every check is evaluated (the chain never short-circuits), so the status shows them all.
+"""
+
+from __future__ import annotations
+
+from deepseek_operator.api.backends import (
+    AUTO,
+    DEEP_GEMM_MEGA_MOE,
+    FLASHINFER_MOE_EP_BACKENDS,
+    FLASHINFER_MOE_EP_MEGA_CUTEDSL,
+    MEGA_MOE_BACKENDS,
+)
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.engine import node_checks, spec_checks
+from deepseek_operator.engine.checks import VLLM_SM100_ONLY, CheckCategory, CheckResult, failed
+from deepseek_operator.engine.layout import layout_of
+from deepseek_operator.engine.model_facts import model_facts
+from deepseek_operator.engine.placement import Requirement, candidates
+from deepseek_operator.engine.resolution import DecisionInputs, Resolution
+from deepseek_operator.engine.stability import PreviousDecision, keep_previous
+from deepseek_operator.names import (
+    REASON_EXPLICIT,
+    REASON_KEPT_AUTO,
+    REASON_MEGA_MOE_SELECTED,
+    failed_reason,
+)
+from deepseek_operator.nodes.facts import NodeInventory
+
+
+def resolve(
+    spec: DeepSeekServingSpec,
+    inventory: NodeInventory,
+    previous: PreviousDecision | None = None,
+) -> Resolution:
+    """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``."""
+    facts = model_facts(spec.model)
+    inputs = DecisionInputs(
+        spec=spec,
+        facts=facts,
+        candidates=candidates(spec, inventory),
+        layout=layout_of(spec, facts.vram_minimum_gb),
+    )
+    requested = spec.moe_backend
+    if requested == AUTO:
+        fresh = _decide_auto(inputs)
+        if previous is not None and previous.moe_backend != fresh.moe_backend:
+            return keep_previous(inputs, fresh, previous)
+        return fresh
+    if requested in MEGA_MOE_BACKENDS:
+        return _decide_explicit_mega_moe(inputs, requested)
+    return _decide_explicit_other(inputs, requested)
+
+
+def _memory_check(inputs: DecisionInputs) -> CheckResult:
+    return node_checks.gpu_memory(
+        inputs.candidates,
+        inputs.requirement(Requirement.ANY_GPU),
+        inputs.facts,
+        inputs.layout.gpus_per_replica,
+    )
+
+
+def _decide_auto(inputs: DecisionInputs) -> Resolution:
+    spec, facts, layout = inputs.spec, inputs.facts, inputs.layout
+    ep = layout.expert_parallel_size
+    mega_requirement = inputs.requirement(Requirement.MEGA_MOE)
+    mega_placement = inputs.place(mega_requirement)
+    sm100 = inputs.sm100_candidates
+    checks = [
+        spec_checks.model_architecture(facts),
+        node_checks.gpu_architecture(inputs.candidates, "R3"),
+        spec_checks.deep_gemm(spec),
+        spec_checks.expert_dtype(facts, "R5"),
+        spec_checks.routing(facts, "R6"),
+        spec_checks.dimensions(facts, spec, ep, "R7"),
+        spec_checks.expert_parallel(spec, ep, "R8", need_two=True),
+        *spec_checks.layout_rules(spec),
+        node_checks.nvlink_fully_connected(sm100, mega_placement, layout.gpus_per_pod),
+        _memory_check(inputs),
+        node_checks.capacity(mega_placement, spec.replicas, "MegaMoECapacity"),
+    ]
+    failures = failed(checks)
+    if not failures:
+        message = (
+            f"auto resolved to deep_gemm_mega_moe: all {len(checks)} checks passed; pods pinned "
+            f"to the {len(mega_placement.eligible)} SM100 fully NVLink-connected node(s)"
+            + node_checks.not_eligible_note(sm100, mega_placement)
+        )
+        return inputs.resolution(
+            DEEP_GEMM_MEGA_MOE,
+            REASON_MEGA_MOE_SELECTED,
+            message,
+            True,
+            mega_requirement,
+            mega_placement,
+            checks,
+        )
+    any_gpu = inputs.requirement(Requirement.ANY_GPU)
+    first = failures[0]
+    message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
+    return inputs.resolution(
+        AUTO,
+        failed_reason(first.name),
+        message,
+        True,
+        any_gpu,
+        inputs.place(any_gpu),
+        checks,
+        condition_reason=REASON_KEPT_AUTO,
+    )
+
+
+def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolution:
+    spec, facts, layout = inputs.spec, inputs.facts, inputs.layout
+    ep = layout.expert_parallel_size
+    cutedsl = backend == FLASHINFER_MOE_EP_MEGA_CUTEDSL
+    node_requirement = inputs.requirement(
+        Requirement.CC_AT_LEAST_10 if cutedsl else Requirement.SM100
+    )
+    checks = [
+        spec_checks.expert_parallel(spec, ep, "A1", need_two=False),
+        spec_checks.routing(facts, "A2"),
+        spec_checks.expert_dtype(facts, "A3"),
+        node_checks.cc_at_least_10(inputs.candidates, node_requirement, backend)
+        if cutedsl
+        else node_checks.gpu_architecture(inputs.candidates, "A4", VLLM_SM100_ONLY),
+        spec_checks.dimensions(facts, spec, ep, "A5/A6"),
+    ]
+    if backend in FLASHINFER_MOE_EP_BACKENDS:
+        checks.append(spec_checks.flashinfer_architecture(facts, backend))
+    checks.append(spec_checks.cuda_platform(spec, "A10"))
+    checks.append(_memory_check(inputs))
+    # A spec guard no node can satisfy pins the pods to no node; a node guard pins to its nodes.
+    spec_failures = [c for c in failed(checks) if c.category is CheckCategory.SPEC]
+    if spec_failures:
+        requirement = inputs.requirement(Requirement.NONE, spec_failures[0].name)
+    else:
+        requirement = node_requirement
+    placement = inputs.place(requirement)
+    nvlink = node_checks.nvlink_fully_connected(
+        inputs.sm100_candidates,
+        inputs.place(inputs.requirement(Requirement.MEGA_MOE)),
+        layout.gpus_per_pod,
+    )
+    checks.append(node_checks.as_information(nvlink, " (not enforced for an explicit backend)"))
+    checks.append(node_checks.capacity(placement, spec.replicas))
+    enforced_failures = [c for c in failed(checks) if c.enforced]
+    if enforced_failures:
+        first = enforced_failures[0]
+        message = (
+            f"explicit {backend} cannot run: {first.name} failed: {first.message}; pods are "
+            "pinned so they stay Pending instead of crashing after loading weights"
+        )
+        return inputs.resolution(
+            backend, failed_reason(first.name), message, False, requirement, placement, checks
+        )
+    message = (
+        f"explicit {backend} kept; vLLM's MegaMoE guards hold on {len(placement.eligible)} node(s)"
+    )
+    return inputs.resolution(
+        backend, REASON_EXPLICIT, message, True, requirement, placement, checks
+    )
+
+
+def _decide_explicit_other(inputs: DecisionInputs, backend: str) -> Resolution:
+    guard = spec_checks.explicit_backend(inputs.facts, backend)
+    if not guard.passed:
+        requirement = inputs.requirement(Requirement.NONE, guard.name)
+        placement = inputs.place(requirement)
+        checks = [guard, node_checks.capacity(placement, inputs.spec.replicas)]
+        message = f"explicit {backend} cannot run: {guard.message}"
+        return inputs.resolution(
+            backend, failed_reason(guard.name), message, False, requirement, placement, checks
+        )
+    requirement = inputs.requirement(Requirement.ANY_GPU)
+    placement = inputs.place(requirement)
+    checks = [guard, node_checks.capacity(placement, inputs.spec.replicas)]
+    return inputs.resolution(
+        backend,
+        REASON_EXPLICIT,
+        f"explicit {backend} kept verbatim",
+        True,
+        requirement,
+        placement,
+        checks,
+    )

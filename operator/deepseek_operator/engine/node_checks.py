@@ -1,0 +1,138 @@
+"""Checks on the candidate nodes: GPU architecture, NVLink, memory fit and capacity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from deepseek_operator.engine.checks import (
+    CheckCategory,
+    CheckResult,
+    check,
+    describe_products,
+    inferred_note,
+    short_list,
+)
+from deepseek_operator.engine.model_facts import ModelFacts
+from deepseek_operator.engine.placement import NodeRequirement, Placement
+from deepseek_operator.nodes.facts import NodeFacts
+
+NODES = CheckCategory.NODES
+
+
+def gpu_architecture(candidates: Sequence[NodeFacts], rule: str, vllm_msg: str = "") -> CheckResult:
+    """R3 / A4: some candidate node is SM100 (compute capability major 10)."""
+    sm100 = [n for n in candidates if n.is_sm100]
+    if not candidates:
+        return check(
+            "GPUArchitecture",
+            NODES,
+            rule,
+            False,
+            "no candidate GPU nodes" + (f". vLLM: {vllm_msg}" if vllm_msg else ""),
+        )
+    others = [n for n in candidates if not n.is_sm100]
+    message = f"{len(sm100)}/{len(candidates)} candidate nodes are SM100"
+    if sm100:
+        message += f" ({describe_products(sm100)}){inferred_note(sm100, 'cc_source', 'no agent or CC labels')}"
+    if others:
+        message += f"; not SM100: {describe_products(others)}"
+    if not sm100 and vllm_msg:
+        message += f". vLLM: {vllm_msg}"
+    return check("GPUArchitecture", NODES, rule, bool(sm100), message)
+
+
+def cc_at_least_10(
+    candidates: Sequence[NodeFacts], requirement: NodeRequirement, backend: str
+) -> CheckResult:
+    """A9 (CuTe DSL mega kernels): some candidate node has compute capability 10.0 or newer."""
+    ok = [n for n in candidates if requirement.admits(n)]
+    vllm = f". vLLM: moe_backend={backend} requires compute capability 10.0+ (the mega kernels are Blackwell-only)"
+    return check(
+        "GPUArchitecture",
+        NODES,
+        "A9",
+        bool(ok),
+        f"{len(ok)}/{len(candidates)} candidate nodes have compute capability >= 10.0"
+        + ("" if ok else vllm),
+    )
+
+
+def nvlink_fully_connected(
+    sm100: Sequence[NodeFacts], placement: Placement, gpus_per_pod: int
+) -> CheckResult:
+    """R14: the EP group fits in one fully NVLink-connected SM100 node."""
+    connected = [n for n in sm100 if n.nvlink_fully_connected]
+    fits = placement.eligible
+    if not sm100:
+        return check(
+            "NVLinkFullyConnected", NODES, "R14", False, "no SM100 candidate node to check"
+        )
+    message = (
+        f"{len(connected)}/{len(sm100)} SM100 nodes are fully NVLink-connected"
+        f"{inferred_note(connected, 'nvlink_source', 'no agent NVLink label')}; {len(fits)} of them can hold the "
+        f"{gpus_per_pod}-GPU EP group in one node"
+    )
+    broken = [n.name for n in sm100 if n.nvlink_fully_connected is False]
+    unknown = [n.name for n in sm100 if n.nvlink_fully_connected is None]
+    if broken:
+        message += f"; not fully connected: {short_list(broken)}"
+    if unknown:
+        message += f"; NVLink unknown (no agent label, product not an NVSwitch/NVL part): {short_list(unknown)}"
+    return check("NVLinkFullyConnected", NODES, "R14", bool(fits), message)
+
+
+def as_information(result: CheckResult, note: str) -> CheckResult:
+    """``result`` reported but not enforced (category INFO), with ``note`` appended."""
+    return CheckResult(
+        name=result.name,
+        category=CheckCategory.INFO,
+        rule=result.rule,
+        passed=result.passed,
+        message=result.message + note,
+    )
+
+
+def not_eligible_note(sm100: Sequence[NodeFacts], placement: Placement) -> str:
+    """'; SM100 nodes not eligible: …' for the SM100 nodes the placement left out."""
+    eligible = set(placement.eligible)
+    left_out = [n.name for n in sm100 if n.name not in eligible]
+    return f"; SM100 nodes not eligible: {short_list(left_out)}" if left_out else ""
+
+
+def gpu_memory(
+    candidates: Sequence[NodeFacts],
+    requirement: NodeRequirement,
+    facts: ModelFacts,
+    gpus_per_replica: int,
+) -> CheckResult:
+    """The checkpoint's per-GPU memory need fits some candidate node (``requirement`` carries it)."""
+    minimum = requirement.min_gpu_memory_mib
+    if not minimum:
+        return check(
+            "GPUMemory",
+            CheckCategory.FIT,
+            "",
+            True,
+            "no GPU memory minimum known for this checkpoint (spec.model.vramMinimumGB)",
+        )
+    fits = [n for n in candidates if requirement.admits(n)]
+    unknown = [n.name for n in fits if n.gpu_memory_mib is None]
+    message = (
+        f"{len(fits)}/{len(candidates)} candidate nodes have at least {minimum} MiB per GPU "
+        f"({facts.vram_minimum_gb} GB for the replica over {gpus_per_replica} GPUs, "
+        f"{facts.source('vram_minimum_gb')})"
+    )
+    if unknown:
+        message += f"; memory unknown (no label), admitted: {short_list(unknown)}"
+    return check("GPUMemory", CheckCategory.FIT, "", bool(fits), message)
+
+
+def capacity(placement: Placement, replicas: int, name: str = "Capacity") -> CheckResult:
+    """The eligible nodes hold every replica."""
+    return check(
+        name,
+        CheckCategory.PLACEMENT,
+        "",
+        placement.placeable,
+        f"eligible nodes hold {placement.capacity} replica(s) of {placement.gpus_per_pod} GPUs; {replicas} wanted",
+    )

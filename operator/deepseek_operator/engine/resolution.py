@@ -1,0 +1,107 @@
+"""The outcome of a decision (:class:`Resolution`) and what every branch of it shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.engine.checks import CheckResult, failed
+from deepseek_operator.engine.layout import Layout, sequence_parallel
+from deepseek_operator.engine.model_facts import ModelFacts
+from deepseek_operator.engine.placement import NodeRequirement, Placement, Requirement, place
+from deepseek_operator.nodes.facts import NodeFacts
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Everything the renderer and the status need from the decision."""
+
+    requested: str  # spec.moeBackend as the user wrote it
+    moe_backend: str
+    reason: str  # decision reason: MegaMoESelected, Explicit or <Check>Failed
+    condition_reason: (
+        str  # BackendResolved reason: MegaMoESelected, KeptAuto, Explicit, <Check>Failed
+    )
+    message: str
+    backend_runnable: bool
+    sequence_parallel: bool
+    expert_parallel_size: int
+    gpus_per_pod: int
+    pods_per_replica: int
+    replicas: int
+    requirement: NodeRequirement
+    placement: Placement
+    checks: tuple[CheckResult, ...]
+    model: ModelFacts
+
+    @property
+    def eligible_nodes(self) -> tuple[str, ...]:
+        """Names of the nodes where the decision holds and a pod fits."""
+        return self.placement.eligible
+
+    @property
+    def failed_checks(self) -> list[CheckResult]:
+        """The checks that did not pass, in order."""
+        return failed(self.checks)
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    """What every branch of the decision reads: the spec, its facts, layout and candidate nodes."""
+
+    spec: DeepSeekServingSpec
+    facts: ModelFacts
+    candidates: Sequence[NodeFacts]
+    layout: Layout
+
+    @property
+    def sm100_candidates(self) -> list[NodeFacts]:
+        """The candidate nodes whose GPUs are SM100."""
+        return [n for n in self.candidates if n.is_sm100]
+
+    def requirement(self, kind: Requirement, reason: str = "") -> NodeRequirement:
+        """A node requirement that also carries the per-GPU memory the checkpoint needs."""
+        return NodeRequirement(
+            kind, reason=reason, min_gpu_memory_mib=self.layout.min_gpu_memory_mib
+        )
+
+    def place(self, requirement: NodeRequirement) -> Placement:
+        """Eligible nodes and capacity for ``requirement`` among the candidates."""
+        return place(
+            self.spec,
+            self.candidates,
+            requirement,
+            self.layout.gpus_per_pod,
+            self.layout.pods_per_replica,
+        )
+
+    def resolution(
+        self,
+        backend: str,
+        reason: str,
+        message: str,
+        runnable: bool,
+        requirement: NodeRequirement,
+        placement: Placement,
+        checks: Sequence[CheckResult],
+        condition_reason: str | None = None,
+    ) -> Resolution:
+        """A :class:`Resolution` of these inputs for ``backend``."""
+        return Resolution(
+            requested=self.spec.moe_backend_as_written,
+            moe_backend=backend,
+            reason=reason,
+            condition_reason=condition_reason or reason,
+            message=message,
+            backend_runnable=runnable,
+            sequence_parallel=sequence_parallel(self.spec, backend),
+            expert_parallel_size=self.layout.expert_parallel_size,
+            gpus_per_pod=self.layout.gpus_per_pod,
+            pods_per_replica=self.layout.pods_per_replica,
+            replicas=self.spec.replicas,
+            requirement=requirement,
+            placement=placement,
+            checks=tuple(checks),
+            model=self.facts,
+        )

@@ -1,0 +1,299 @@
+"""Checks on the spec and the checkpoint's facts: the vLLM rules that no node can change.
+
+Each returns a :class:`~deepseek_operator.engine.checks.CheckResult` of category SPEC. The
+``rule`` argument is the vLLM rule id the caller evaluates it for (the same check mirrors an
+auto rule R* and an explicit-backend guard A*).
+"""
+
+from __future__ import annotations
+
+from deepseek_operator.api.backends import FLASHINFER_MOE_EP_ARCHITECTURES, MXFP4_EXPLICIT_BACKENDS
+from deepseek_operator.api.rules import VLLM_MEGA_MOE_REQUIRES_EP
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.catalog.models import V4_ARCH, V41_ARCH
+from deepseek_operator.engine.checks import (
+    VLLM_DIMS_128,
+    VLLM_SQRTSOFTPLUS_ONLY,
+    CheckCategory,
+    CheckResult,
+    check,
+)
+from deepseek_operator.engine.model_facts import ModelFacts
+
+SPEC = CheckCategory.SPEC
+
+
+def model_architecture(facts: ModelFacts) -> CheckResult:
+    """R2: the checkpoint is DeepSeek V4.1."""
+    arch = facts.architecture
+    if arch == V41_ARCH:
+        return check(
+            "ModelArchitecture",
+            SPEC,
+            "R2",
+            True,
+            f"{arch} is DeepSeek V4.1 ({facts.source('architecture')})",
+        )
+    if arch == V4_ARCH:
+        return check(
+            "ModelArchitecture",
+            SPEC,
+            "R2",
+            False,
+            f"{arch} is DeepSeek V4; automatic MegaMoE is scoped to V4.1 (vLLM PR #57220). "
+            "The V4 recipe sets it explicitly on Blackwell: set spec.moeBackend: "
+            "deep_gemm_mega_moe (with expertParallel) to use it",
+        )
+    if arch is None:
+        return check(
+            "ModelArchitecture",
+            SPEC,
+            "R2",
+            False,
+            f"architecture unknown: {facts.name!r} is not in the catalog and "
+            "spec.model.architecture is not set",
+        )
+    return check(
+        "ModelArchitecture", SPEC, "R2", False, f"{arch} is not DeepSeek V4.1 ({V41_ARCH})"
+    )
+
+
+def deep_gemm(spec: DeepSeekServingSpec) -> CheckResult:
+    """R4: DeepGEMM is not turned off in the pod's environment."""
+    raw = spec.env_value("VLLM_USE_DEEP_GEMM")
+    declared = any(e.get("name") == "VLLM_USE_DEEP_GEMM" for e in spec.env)
+    if declared and raw is None:
+        return check(
+            "DeepGEMM",
+            SPEC,
+            "R4",
+            False,
+            "VLLM_USE_DEEP_GEMM comes from valueFrom, so it cannot be verified before the pod starts",
+        )
+    if raw is not None and raw.strip() in ("0", "false", "False", ""):
+        return check(
+            "DeepGEMM",
+            SPEC,
+            "R4",
+            False,
+            f"DeepGEMM disabled in spec.env (VLLM_USE_DEEP_GEMM={raw!r})",
+        )
+    shown = (
+        f"VLLM_USE_DEEP_GEMM={raw!r}" if raw is not None else "VLLM_USE_DEEP_GEMM unset (default 1)"
+    )
+    return check(
+        "DeepGEMM",
+        SPEC,
+        "R4",
+        True,
+        f"DeepGEMM enabled: {shown}; the image must ship DeepGEMM (vLLM images do)",
+    )
+
+
+def expert_dtype(facts: ModelFacts, rule: str) -> CheckResult:
+    """R5 / A3: the routed experts are fp4."""
+    dtype = facts.expert_dtype
+    if dtype == "fp4":
+        return check(
+            "ExpertDtype",
+            SPEC,
+            rule,
+            True,
+            f"routed experts are fp4 (MXFP4) ({facts.source('expert_dtype')})",
+        )
+    if dtype is None:
+        return check(
+            "ExpertDtype", SPEC, rule, False, "expert dtype unknown: set spec.model.expertDtype"
+        )
+    return check(
+        "ExpertDtype",
+        SPEC,
+        rule,
+        False,
+        f"routed experts are {dtype} ({facts.source('expert_dtype')}). vLLM: DeepSeek V4 MegaMoE only supports fp4 experts; got expert_dtype={dtype!r}.",
+    )
+
+
+def routing(facts: ModelFacts, rule: str) -> CheckResult:
+    """R6 / A2: the router scores with sqrtsoftplus."""
+    func = facts.scoring_func
+    if func == "sqrtsoftplus":
+        return check(
+            "Routing",
+            SPEC,
+            rule,
+            True,
+            f"scoring function sqrtsoftplus ({facts.source('scoring_func')})",
+        )
+    if func is None:
+        return check(
+            "Routing", SPEC, rule, False, "scoring function unknown: set spec.model.scoringFunc"
+        )
+    return check(
+        "Routing", SPEC, rule, False, f"scoring function {func!r}. vLLM: {VLLM_SQRTSOFTPLUS_ONLY}"
+    )
+
+
+def dimensions(
+    facts: ModelFacts, spec: DeepSeekServingSpec, expert_parallel_size: int, rule: str
+) -> CheckResult:
+    """R7 / A5–A6: sizes are multiples of 128 and the experts divide over the EP group."""
+    ep = expert_parallel_size
+    hidden, intermediate, experts = (
+        facts.hidden_size,
+        facts.moe_intermediate_size,
+        facts.num_routed_experts,
+    )
+    if hidden is None or intermediate is None or experts is None:
+        missing = [
+            name
+            for name, value in (
+                ("hiddenSize", hidden),
+                ("moeIntermediateSize", intermediate),
+                ("numRoutedExperts", experts),
+            )
+            if value is None
+        ]
+        return check(
+            "Dimensions",
+            SPEC,
+            rule,
+            False,
+            "model dimensions unknown: set spec.model." + ", spec.model.".join(missing),
+        )
+    problems: list[str] = []
+    if hidden % 128 or intermediate % 128:
+        problems.append(
+            f"hidden {hidden} / MoE intermediate {intermediate} not multiples of 128 (vLLM: {VLLM_DIMS_128})"
+        )
+    if experts % ep:
+        problems.append(f"n_physical_experts={experts} must be divisible by ep_size={ep}")
+    draft = facts.num_draft_routed_experts
+    speculative = spec.engine.speculative_config is not None
+    if speculative and draft is not None and draft % ep:
+        problems.append(f"draft experts {draft} must be divisible by ep_size={ep}")
+    detail = (
+        f"hidden {hidden}, MoE intermediate {intermediate}, {experts} routed experts, EP size {ep}"
+    )
+    if speculative and draft is not None:
+        detail += f", {draft} draft experts"
+    if problems:
+        return check("Dimensions", SPEC, rule, False, detail + ": " + "; ".join(problems))
+    return check("Dimensions", SPEC, rule, True, detail + ": multiples of 128 and divisible")
+
+
+def expert_parallel(
+    spec: DeepSeekServingSpec, expert_parallel_size: int, rule: str, need_two: bool
+) -> CheckResult:
+    """R8 / A1: expert parallel is on (and, for auto, the EP group has at least 2 GPUs)."""
+    ep = expert_parallel_size
+    if not spec.parallelism.expert_parallel:
+        return check(
+            "ExpertParallel",
+            SPEC,
+            rule,
+            False,
+            "expert parallel is off. vLLM: " + VLLM_MEGA_MOE_REQUIRES_EP,
+        )
+    if need_two and ep < 2:
+        return check(
+            "ExpertParallel",
+            SPEC,
+            rule,
+            False,
+            f"EP size {ep} (TP x DP): a local EP group needs at least 2 GPUs",
+        )
+    return check("ExpertParallel", SPEC, rule, True, f"expert parallel on, EP size {ep} (TP x DP)")
+
+
+def layout_rules(spec: DeepSeekServingSpec) -> list[CheckResult]:
+    """R9–R13: no PP/CP, all DP ranks local, not Ray, no speculative decoding, no microbatching."""
+    p, e = spec.parallelism, spec.engine
+    all_local = p.dp_local == p.data_parallel_size
+    return [
+        check(
+            "NoPipelineOrContextParallel",
+            SPEC,
+            "R9",
+            p.pipeline_parallel_size == 1
+            and p.decode_context_parallel_size == 1
+            and p.prefill_context_parallel_size == 1,
+            f"PP {p.pipeline_parallel_size}, DCP {p.decode_context_parallel_size}, PCP {p.prefill_context_parallel_size} (all must be 1)",
+        ),
+        check(
+            "LocalDataParallel",
+            SPEC,
+            "R10",
+            all_local,
+            f"DP {p.data_parallel_size}, DP local {p.dp_local}"
+            + (" (all ranks in one pod)" if all_local else " (remote DP ranks)"),
+        ),
+        check(
+            "NotRay",
+            SPEC,
+            "R11",
+            p.distributed_executor_backend != "ray",
+            f"distributed executor backend {p.distributed_executor_backend}",
+        ),
+        check(
+            "NoSpeculativeDecoding",
+            SPEC,
+            "R12",
+            e.speculative_config is None,
+            "speculative decoding off"
+            if e.speculative_config is None
+            else f"speculative decoding on ({e.speculative_config.get('method', 'unknown method')})",
+        ),
+        check(
+            "NoMicrobatching",
+            SPEC,
+            "R13",
+            not e.enable_dbo and e.ubatch_size <= 1,
+            f"enableDbo {str(e.enable_dbo).lower()}, ubatchSize {e.ubatch_size}",
+        ),
+    ]
+
+
+def flashinfer_architecture(facts: ModelFacts, backend: str) -> CheckResult:
+    """A9: the FlashInfer moe_ep backends run DeepSeek V4 (not V4.1) only."""
+    arch = facts.architecture
+    supported = arch in FLASHINFER_MOE_EP_ARCHITECTURES
+    vllm = (
+        f". vLLM: moe_backend={backend} is only supported for DeepSeek-V4 models "
+        f"({sorted(FLASHINFER_MOE_EP_ARCHITECTURES)}), but the model is [{arch!r}]."
+    )
+    return check(
+        "FlashInferArchitecture",
+        SPEC,
+        "A9",
+        supported,
+        f"architecture {arch}" + ("" if supported else vllm),
+    )
+
+
+def cuda_platform(spec: DeepSeekServingSpec, rule: str) -> CheckResult:
+    """A10: the GPUs are CUDA (ROCm turns MegaMoE off for V4.1)."""
+    rocm = spec.gpu_resource_name.startswith("amd.com/")
+    return check(
+        "CUDAPlatform",
+        SPEC,
+        rule,
+        not rocm,
+        f"GPU resource {spec.gpu_resource_name}"
+        + (": ROCm, where DeepSeek V4.1 forces use_mega_moe=False" if rocm else " (CUDA)"),
+    )
+
+
+def explicit_backend(facts: ModelFacts, backend: str) -> CheckResult:
+    """An explicit non-MegaMoE backend: the MXFP4 oracle's map for fp4 experts, else kept (R1)."""
+    if facts.expert_dtype == "fp4":
+        ok = backend in MXFP4_EXPLICIT_BACKENDS
+        vllm = f"vLLM: moe_backend={backend!r} is not supported for MXFP4 MoE. Expected one of {sorted(MXFP4_EXPLICIT_BACKENDS)}."
+        return check(
+            "MXFP4Backend",
+            SPEC,
+            "oracle",
+            ok,
+            f"{backend} is in the MXFP4 oracle's map" if ok else vllm,
+        )
+    return check("ExplicitBackend", SPEC, "R1", True, f"{backend} kept verbatim")
