@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; return the process exit code."""
     args = _build_parser().parse_args(argv)
     if args.command == "render":
-        from deepseek_operator.render_command import render_command
+        from deepseek_operator.commands.render import render_command
 
         return render_command(args)
     if args.command == "crds":

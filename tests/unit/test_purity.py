@@ -13,6 +13,7 @@ PURE = ["api", "catalog", "nodes", "engine", "render"]
 PURE_MODULES = [
     "names.py",
     "errors.py",
+    "plan.py",
     "agent/gpu_topology.py",
     "agent/topo_smi.py",
     "agent/labels.py",

@@ -219,7 +219,7 @@ def test_status_conditions_and_stable_transition_times() -> None:
             generation=3,
             ready_replicas=1,
             now="2026-01-01T01:00:00Z",
-            previous_conditions=doc["conditions"],
+            previous_conditions=first.conditions,
         )
     )
     conds2 = {c["type"]: c for c in second["conditions"]}

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from deepseek_operator.api.backends import normalize_backend
 from deepseek_operator.api.spec import ApiModel
 
 
@@ -65,6 +66,12 @@ class Resolved(ApiModel):
 
     eligible_nodes: int = 0
     """Nodes where the decision holds and the pod fits."""
+
+    @field_validator("moe_backend")
+    @classmethod
+    def _normalise_moe_backend(cls, value: str) -> str:
+        # A status read back (or edited by hand) compares with decisions in vLLM's spelling.
+        return normalize_backend(value)
 
 
 class Condition(ApiModel):

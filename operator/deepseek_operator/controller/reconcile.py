@@ -1,7 +1,8 @@
-"""One reconcile of a DeepSeekServing: decide, apply children, write status, report.
+"""One reconcile of a DeepSeekServing: plan, apply children, write status, report.
 
-The same pure ``resolve`` / ``render_objects`` / ``build_status`` as the offline ``render``
-command. Node facts and live children come from in-memory indexes (no LIST per reconcile).
+The plan comes from the same pure :func:`~deepseek_operator.plan.plan` as the offline ``render``
+command; this module keeps only the I/O: per-object locks, read-your-writes caches, writes and
+events. Node facts and live children come from in-memory indexes (no LIST per reconcile).
 Children are written only when the live object no longer contains the desired one (so a hand
 edit or deletion is restored, and a no-op reconcile writes nothing but, at most, the status).
 """
@@ -16,27 +17,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepseek_operator.api.backends import normalize_backend
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.resolution import Resolution
-from deepseek_operator.engine.stability import PreviousDecision
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import (
     EVENT_BACKEND_RESOLVED,
     EVENT_BACKEND_UNRUNNABLE,
     EVENT_INVALID_SPEC,
-    LABEL_REPLICA,
 )
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
-from deepseek_operator.render.workload import render_objects
+from deepseek_operator.plan import ChildKey, Observed, invalid_spec_plan_status, plan
 
 log = logging.getLogger("deepseek_operator.controller")
-
-ChildKey = tuple[str, str]  # (kind, name)
 
 
 @dataclass
@@ -60,43 +54,6 @@ def contains(live: Any, desired: Any) -> bool:
             return False
         return all(contains(a, b) for a, b in zip(live, desired, strict=True))
     return bool(live == desired)
-
-
-def previous_decision(body: Mapping[str, Any]) -> PreviousDecision | None:
-    """The decision running for THIS generation (None after a spec change or on first sight)."""
-    status = body.get("status") or {}
-    generation = (body.get("metadata") or {}).get("generation")
-    resolved = status.get("resolved") or {}
-    decision = status.get("decision") or {}
-    if not resolved.get("moeBackend") or status.get("observedGeneration") != generation:
-        return None
-    return PreviousDecision(
-        normalize_backend(str(resolved["moeBackend"])),
-        str(decision.get("reason", "")),
-        serving=int(status.get("readyReplicas") or 0) > 0,
-    )
-
-
-def ready_replicas(
-    res: Resolution, obj: ServingObject, live: Mapping[ChildKey, Mapping[str, Any]]
-) -> int:
-    """Replicas whose pods are all ready, from the live children's status."""
-    if res.pods_per_replica == 1:
-        deploy = live.get(("Deployment", obj.name)) or {}
-        return int((deploy.get("status") or {}).get("readyReplicas") or 0)
-    ready = 0
-    for replica in range(obj.spec.replicas):
-        sets = [
-            body
-            for (kind, _), body in live.items()
-            if kind == "StatefulSet"
-            and (body.get("metadata", {}).get("labels") or {}).get(LABEL_REPLICA) == str(replica)
-        ]
-        if len(sets) == res.pods_per_replica and all(
-            int((s.get("status") or {}).get("readyReplicas") or 0) >= 1 for s in sets
-        ):
-            ready += 1
-    return ready
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -152,12 +109,8 @@ class Reconciler:
                 outcome = await self._reconcile(body, nodes_of(), live)
             except SpecError as exc:
                 metrics.RECONCILES.labels(trigger, "invalid").inc()
-                status = invalid_spec_status(
-                    body.get("status") or {},
-                    generation=int((body.get("metadata") or {}).get("generation") or 0),
-                    message=exc.one_line(),
-                    now=_now(),
-                )
+                observed = Observed.from_body(body, live)
+                status = invalid_spec_plan_status(observed, exc.one_line(), _now())
                 if status != body.get("status"):
                     await self._write_status(key, status)
                     self._event(body, "Warning", EVENT_INVALID_SPEC, exc.one_line())
@@ -232,9 +185,11 @@ class Reconciler:
         live: Mapping[ChildKey, Mapping[str, Any]],
     ) -> Outcome:
         obj = parse_serving(dict(body))
-        res = resolve(obj.spec, inventory, previous_decision(body))
+        observed = Observed.from_body(body, live)
+        planned = plan(obj, inventory, observed, _now())
+        res = planned.resolution
         outcome = Outcome(resolution=res)
-        desired = render_objects(obj, res)
+        desired = planned.objects
         desired_keys = {(o["kind"], o["metadata"]["name"]) for o in desired}
         writes: list[Awaitable[None]] = []
         for manifest in desired:
@@ -250,25 +205,18 @@ class Reconciler:
                 self._applied.pop((obj.namespace, kind, child, obj.name), None)
                 outcome.deleted.append(f"{kind}/{child}")
 
-        old_status = body.get("status") or {}
-        status = status_dict(
-            build_status(
-                res,
-                generation=obj.generation,
-                ready_replicas=ready_replicas(res, obj, live),
-                now=_now(),
-                previous_conditions=old_status.get("conditions") or [],
-            )
-        )
+        old_status = observed.raw_status
+        status = planned.status_dict
         if status != old_status:
             # The decision is known before any child exists: publish it first, so users (and
             # `kubectl get dss`) see BackendResolved without waiting for the workload writes.
             await self._write_status((obj.namespace, obj.name), status)
             outcome.status_patched = True
         await asyncio.gather(*writes)
+        old = observed.status
         old_decision = (
-            (old_status.get("resolved") or {}).get("moeBackend"),
-            (old_status.get("decision") or {}).get("reason"),
+            old.resolved.moe_backend if old and old.resolved else None,
+            old.decision.reason if old and old.decision else None,
         )
         if old_decision != (res.moe_backend, res.reason):
             metrics.DECISIONS.labels(res.moe_backend, res.reason).inc()

@@ -21,17 +21,13 @@ def _condition(
     message: str,
     generation: int,
     now: str,
-    previous: Sequence[dict[str, Any]],
+    previous: Sequence[S.Condition],
 ) -> S.Condition:
     status: Literal["True", "False"] = "True" if ok else "False"
     since = now
     for old in previous:
-        if (
-            old.get("type") == ctype
-            and old.get("status") == status
-            and old.get("lastTransitionTime")
-        ):
-            since = str(old["lastTransitionTime"])
+        if old.type == ctype and old.status == status and old.last_transition_time:
+            since = old.last_transition_time
     return S.Condition(
         type=ctype,
         status=status,
@@ -48,7 +44,7 @@ def build_status(
     generation: int,
     ready_replicas: int,
     now: str,
-    previous_conditions: Sequence[dict[str, Any]] = (),
+    previous_conditions: Sequence[S.Condition] = (),
     observed: bool = True,
 ) -> S.DeepSeekServingStatus:
     """The whole status: resolved values, decision with checks, replicas, three conditions.
@@ -138,17 +134,21 @@ def status_dict(status: S.DeepSeekServingStatus) -> dict[str, Any]:
 
 
 def invalid_spec_status(
-    previous: Mapping[str, Any], *, generation: int, message: str, now: str
+    previous: Mapping[str, Any],
+    previous_conditions: Sequence[S.Condition],
+    *,
+    generation: int,
+    message: str,
+    now: str,
 ) -> dict[str, Any]:
     """``previous`` status with BackendResolved and Ready False (InvalidSpec) for ``message``.
 
     For a spec the API server's CEL rules should have refused (e.g. a CRD older than the
     operator); the last decision and checks stay visible.
     """
-    old_conditions = previous.get("conditions") or []
     conditions = [
         _condition(
-            ctype, False, N.REASON_INVALID_SPEC, message, generation, now, old_conditions
+            ctype, False, N.REASON_INVALID_SPEC, message, generation, now, previous_conditions
         ).model_dump(by_alias=True, mode="json")
         for ctype in (N.BACKEND_RESOLVED, N.READY)
     ]

@@ -1,7 +1,7 @@
 """``deepseek-operator render``: the operator's decision, status and manifests, offline.
 
 Reads one DeepSeekServing and the Nodes (``kubectl get nodes -o yaml`` output, Node documents,
-or the live cluster), then calls the same pure ``resolve`` / ``render`` / ``build_status`` the
+or the live cluster), then calls the same pure :func:`~deepseek_operator.plan.plan` the
 operator calls. Exit 0 on a valid spec, 1 with one line on stderr otherwise; never a traceback.
 This module stays free of kopf and (unless --from-cluster) of the Kubernetes client, so the
 command starts fast.
@@ -20,12 +20,11 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.api.status import DeepSeekServingStatus
-from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
-from deepseek_operator.nodes.facts import NodeInventory, build_inventory
-from deepseek_operator.render.status import build_status, status_dict
-from deepseek_operator.render.workload import render_objects
+from deepseek_operator.nodes.facts import build_inventory
+from deepseek_operator.plan import Observed, plan
+from deepseek_operator.render.status import status_dict
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -100,15 +99,6 @@ def _cluster_nodes() -> list[dict[str, Any]]:
         raise InputError(f"--from-cluster: cannot list Nodes: {exc}".splitlines()[0]) from None
 
 
-def preview(
-    obj: ServingObject, inventory: NodeInventory, now: str
-) -> tuple[Resolution, DeepSeekServingStatus, list[dict[str, Any]]]:
-    """Decision, status and manifests exactly as the operator would produce them."""
-    res = resolve(obj.spec, inventory)
-    status = build_status(res, generation=obj.generation, ready_replicas=0, now=now, observed=False)
-    return res, status, render_objects(obj, res)
-
-
 def _text(
     obj: ServingObject,
     res: Resolution,
@@ -168,13 +158,14 @@ def render_command(args: argparse.Namespace) -> int:
             raw_nodes = []
         inventory = build_inventory(raw_nodes)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        res, status, objects = preview(obj, inventory, now)
+        planned = plan(obj, inventory, Observed.offline(), now)
     except SpecError as exc:
         sys.stderr.write(f"error: {args.filename}: {exc.one_line()}\n")
         return 1
     except DeepSeekOperatorError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
+    res, status, objects = planned.resolution, planned.status, planned.objects
     if args.output == "json":
         sys.stdout.write(
             json.dumps({"status": status_dict(status), "objects": objects}, indent=2) + "\n"

@@ -1,0 +1,137 @@
+"""The ONE pipeline from a DeepSeekServing to what the operator writes: ``plan()``.
+
+``plan(serving, inventory, observed, now)`` decides (engine), renders the children (render) and
+builds the status, all pure. The offline ``render`` command calls it with
+:meth:`Observed.offline`; the reconciler calls it with what the cluster shows and keeps only
+I/O (locks, read-your-writes caches, writes, events), so ``render`` shows exactly what the
+operator would do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from deepseek_operator.api.load import ServingObject
+from deepseek_operator.api.status import Condition, DeepSeekServingStatus
+from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.resolution import Resolution
+from deepseek_operator.engine.stability import PreviousDecision
+from deepseek_operator.names import LABEL_REPLICA
+from deepseek_operator.nodes.facts import NodeInventory
+from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
+from deepseek_operator.render.workload import render_objects
+
+ChildKey = tuple[str, str]
+"""(kind, name) of a child object."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the cluster shows for one DeepSeekServing: its status (parsed once) and its children."""
+
+    generation: int = 0  # metadata.generation of the live object
+    status: DeepSeekServingStatus | None = None
+    raw_status: Mapping[str, Any] = field(default_factory=dict)  # as read, to skip no-op writes
+    children: Mapping[ChildKey, Mapping[str, Any]] = field(default_factory=dict)
+    live: bool = True  # False for the offline preview, where no pods can have been seen
+
+    @classmethod
+    def offline(cls) -> Observed:
+        """Nothing observed: the ``render`` command's view."""
+        return cls(live=False)
+
+    @classmethod
+    def from_body(
+        cls, body: Mapping[str, Any], children: Mapping[ChildKey, Mapping[str, Any]]
+    ) -> Observed:
+        """Parse the live object's status through the API model, once."""
+        raw = body.get("status") or {}
+        try:
+            status = DeepSeekServingStatus.model_validate(raw) if raw else None
+        except ValidationError:
+            # Not a status this operator wrote (the structural schema prunes foreign fields):
+            # decide afresh rather than trust it.
+            status = None
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        return cls(generation=generation, status=status, raw_status=raw, children=children)
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        """The conditions last written (their transition times carry over)."""
+        return tuple(self.status.conditions) if self.status else ()
+
+    def previous_decision(self) -> PreviousDecision | None:
+        """The decision running for THIS generation (None after a spec change or on first sight)."""
+        status = self.status
+        if status is None or status.resolved is None or not status.resolved.moe_backend:
+            return None
+        if status.observed_generation != self.generation:
+            return None
+        return PreviousDecision(
+            status.resolved.moe_backend,
+            status.decision.reason if status.decision else "",
+            serving=status.ready_replicas > 0,
+        )
+
+    def ready_replicas(self, res: Resolution, serving: ServingObject) -> int:
+        """Replicas whose pods are all ready, from the live children's status."""
+        if res.pods_per_replica == 1:
+            deploy = self.children.get(("Deployment", serving.name)) or {}
+            return int((deploy.get("status") or {}).get("readyReplicas") or 0)
+        ready = 0
+        for replica in range(serving.spec.replicas):
+            sets = [
+                body
+                for (kind, _), body in self.children.items()
+                if kind == "StatefulSet"
+                and (body.get("metadata", {}).get("labels") or {}).get(LABEL_REPLICA)
+                == str(replica)
+            ]
+            if len(sets) == res.pods_per_replica and all(
+                int((s.get("status") or {}).get("readyReplicas") or 0) >= 1 for s in sets
+            ):
+                ready += 1
+        return ready
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision, the children to apply (in order) and the status to write."""
+
+    resolution: Resolution
+    objects: list[dict[str, Any]]
+    status: DeepSeekServingStatus
+
+    @property
+    def status_dict(self) -> dict[str, Any]:
+        """The status as the camelCase JSON object written to the API server."""
+        return status_dict(self.status)
+
+
+def plan(serving: ServingObject, inventory: NodeInventory, observed: Observed, now: str) -> Plan:
+    """Decide, render and build the status of ``serving`` on ``inventory`` (pure; ``now`` passed in)."""
+    res = resolve(serving.spec, inventory, observed.previous_decision())
+    status = build_status(
+        res,
+        generation=serving.generation,
+        ready_replicas=observed.ready_replicas(res, serving) if observed.live else 0,
+        now=now,
+        previous_conditions=observed.conditions,
+        observed=observed.live,
+    )
+    return Plan(resolution=res, objects=render_objects(serving, res), status=status)
+
+
+def invalid_spec_plan_status(observed: Observed, message: str, now: str) -> dict[str, Any]:
+    """The status for a spec that breaks a static rule: the last one, with InvalidSpec conditions."""
+    return invalid_spec_status(
+        observed.raw_status,
+        observed.conditions,
+        generation=observed.generation,
+        message=message,
+        now=now,
+    )

@@ -1,0 +1,83 @@
+"""plan(): the one pipeline the render command and the reconciler share."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+from typing import Any
+
+import yaml
+from tests.unit.factories import agent_labels, gb200_pool, inventory, node
+
+from deepseek_operator.api.load import parse_serving
+from deepseek_operator.cli import main
+from deepseek_operator.commands.render import load_nodes_file
+from deepseek_operator.nodes.facts import build_inventory
+from deepseek_operator.plan import Observed, plan
+from deepseek_operator.render.status import status_dict
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SEED = yaml.safe_load((ROOT / "examples/dsv41-flash-gb200.yaml").read_text())
+NOW = "2026-01-01T00:00:00Z"
+
+
+def _body(**status: Any) -> dict[str, Any]:
+    body = copy.deepcopy(SEED)
+    body["metadata"].update(generation=2, uid="u1")
+    if status:
+        body["status"] = status
+    return body
+
+
+def test_render_command_prints_exactly_the_offline_plan(capsys: Any) -> None:
+    nodes = str(ROOT / "examples/nodes-gb200.yaml")
+    assert main(["render", "-f", str(ROOT / "examples/dsv41-flash-gb200.yaml"), "--nodes", nodes, "-o", "json"]) == 0  # fmt: skip
+    printed = json.loads(capsys.readouterr().out)
+    planned = plan(
+        parse_serving(SEED), build_inventory(load_nodes_file(nodes)), Observed.offline(), NOW
+    )
+    for condition in printed["status"]["conditions"]:
+        condition["lastTransitionTime"] = NOW
+    assert printed == {"status": planned.status_dict, "objects": planned.objects}
+
+
+def test_observed_status_is_parsed_once_and_carries_the_running_decision() -> None:
+    running = plan(parse_serving(_body()), gb200_pool(), Observed.offline(), NOW)
+    raw = status_dict(running.status) | {"readyReplicas": 1}
+    observed = Observed.from_body(_body(**raw), {})
+    assert observed.status is not None and observed.status.ready_replicas == 1
+    previous = observed.previous_decision()
+    assert previous is not None
+    assert (previous.moe_backend, previous.serving) == ("deep_gemm_mega_moe", True)
+    # Node churn: one tray left with broken NVLink. A fresh decision would keep auto, but the
+    # serving MegaMoE decision stays (design.md §3), because the plan reads the observed status.
+    churned = inventory(node("gb200-0", agent=agent_labels(fully_connected="false")))
+    assert plan(parse_serving(_body()), churned, Observed.offline(), NOW).resolution.moe_backend == "auto"  # fmt: skip
+    kept = plan(parse_serving(_body()), churned, observed, NOW)
+    assert kept.resolution.moe_backend == "deep_gemm_mega_moe"
+    assert "kept because replicas are serving" in kept.resolution.message
+
+
+def test_a_status_of_an_older_generation_is_not_a_running_decision() -> None:
+    running = plan(parse_serving(_body()), gb200_pool(), Observed.offline(), NOW)
+    raw = status_dict(running.status) | {"observedGeneration": 1}
+    assert Observed.from_body(_body(**raw), {}).previous_decision() is None
+
+
+def test_hand_edited_backend_spelling_in_status_is_read_normalised() -> None:
+    running = plan(parse_serving(_body()), gb200_pool(), Observed.offline(), NOW)
+    raw = status_dict(running.status)
+    raw["resolved"]["moeBackend"] = "DEEP-GEMM-MEGA-MOE"
+    previous = Observed.from_body(_body(**raw), {}).previous_decision()
+    assert previous is not None and previous.moe_backend == "deep_gemm_mega_moe"
+
+
+def test_transition_times_carry_over_from_the_observed_conditions() -> None:
+    first = plan(parse_serving(_body()), gb200_pool(), Observed.offline(), NOW)
+    observed = Observed.from_body(_body(**first.status_dict), {("Deployment", "dsv41"): {"status": {"readyReplicas": 1}}})  # fmt: skip
+    second = plan(parse_serving(_body()), gb200_pool(), observed, "2026-01-02T00:00:00Z")
+    times = {c.type: c.last_transition_time for c in second.status.conditions}
+    assert times["BackendResolved"] == NOW  # unchanged status keeps its time
+    assert times["Ready"] == "2026-01-02T00:00:00Z"  # flipped to True now
+    assert second.status.ready_replicas == 1
