@@ -15,7 +15,7 @@ import pytest
 from deepseek_operator import names
 from deepseek_operator.agent.labels import is_valid_label_value, labels_for
 from deepseek_operator.agent.topo_smi import parse_topo, parse_topo_matrix
-from deepseek_operator.commands.topology import topology_command
+from deepseek_operator.commands import topology as topology_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
 
@@ -249,7 +249,7 @@ def test_single_gpu_without_nics_or_affinity_columns() -> None:
 
 
 def run_command(path: Path, output: str = "text") -> int:
-    return topology_command(argparse.Namespace(topo_file=str(path), output=output))
+    return topology_command.run(argparse.Namespace(topo_file=str(path), output=output))
 
 
 def test_command_text_prints_aligned_labels(capsys: pytest.CaptureFixture[str]) -> None:

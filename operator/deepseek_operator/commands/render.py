@@ -146,7 +146,24 @@ def _text(
     return "\n".join(lines) + "\n"
 
 
-def render_command(args: argparse.Namespace) -> int:
+NAME = "render"
+HELP = "preview the decision, status and manifests offline"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``render``."""
+    parser.add_argument("-f", "--filename", required=True, help="DeepSeekServing YAML file")
+    nodes = parser.add_mutually_exclusive_group()
+    nodes.add_argument(
+        "--nodes", help="`kubectl get nodes -o yaml` output (a List) or Node documents"
+    )
+    nodes.add_argument(
+        "--from-cluster", action="store_true", help="read the Nodes from the current kubeconfig"
+    )
+    parser.add_argument("-o", "--output", choices=("text", "yaml", "json"), default="text")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run ``render``; return the exit code."""
     try:
         obj = load_serving_file(args.filename)

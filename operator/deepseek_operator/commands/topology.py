@@ -63,7 +63,17 @@ def render_text(topology: GpuTopology, out: TextIO) -> None:
         out.write(f"# {note}\n")
 
 
-def topology_command(args: argparse.Namespace) -> int:
+NAME = "topology"
+HELP = "labels the agent would publish, from `nvidia-smi topo -m`"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``topology``."""
+    parser.add_argument("--topo-file", required=True, help="captured `nvidia-smi topo -m` output")
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the ``topology`` subcommand; return the exit code (1 on an unreadable capture)."""
     try:
         text = _read(args.topo_file)

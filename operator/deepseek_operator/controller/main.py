@@ -53,7 +53,7 @@ def setup_logging(level: str = "INFO") -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_operator(args: argparse.Namespace) -> int:
     """Run the operator until it is stopped."""
     import kopf
     from prometheus_client import start_http_server
