@@ -97,7 +97,13 @@ def test_a_stale_child_of_the_same_serving_is_deleted() -> None:
     kube = FakeKube()
     rec = Reconciler(kube)  # type: ignore[arg-type]
     a = _body("a")
-    live = {("StatefulSet", "a-r0-n0"): {"metadata": {"name": "a-r0-n0", "resourceVersion": "5"}}}
+    live = {
+        ("StatefulSet", "a-r0-n0"): {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "a-r0-n0", "resourceVersion": "5"},
+        }
+    }
     _run(rec, a, gb200_pool(), live)
     assert ("delete", "StatefulSet/a-r0-n0") in kube.calls
 

@@ -7,6 +7,7 @@
   only the DeepSeekServings whose ``nodeSelector`` matches the node (before or after), debounced
   so a burst of node changes costs one reconcile per object.
 * A child event (readiness, hand edit, deletion) reconciles its owner.
+The process's state (:class:`OperatorState`) is kopf's ``memo``, passed to every handler.
 Handlers return nothing: kopf would otherwise write results into ``status``, which the
 structural schema prunes.
 """
@@ -15,19 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
 from deepseek_operator.controller.reconcile import Reconciler
 from deepseek_operator.names import (
-    FIELD_MANAGER,
-    GFD_TIMESTAMP,
     GROUP,
     KOPF_ANNOTATION_PREFIX,
     LABEL_INSTANCE,
@@ -37,46 +37,113 @@ from deepseek_operator.names import (
     VERSION,
 )
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, node_facts
+from deepseek_operator.plan import ChildKey
 
 log = logging.getLogger("deepseek_operator.controller")
 
 NODE_DEBOUNCE_S = 1.0
 CHILD_DEBOUNCE_S = 0.2
-IGNORED_NODE_LABELS = (GFD_TIMESTAMP,)
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
+
+ServingKey = tuple[str, str]  # (namespace, name)
+ChildEntry = tuple[str, str, dict[str, Any]]  # (kind, name, body)
 
 
 def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
     kopf.event(dict(body), type=etype, reason=reason, message=message)  # type: ignore[arg-type]
 
 
-class _State:
-    """Process-wide operator state: the API client, the reconciler and the live indexes."""
+@dataclass(frozen=True)
+class Indexes:
+    """kopf's in-memory indexes, as the handlers receive them."""
+
+    nodes: kopf.Index[str, NodeFacts]
+    servings: kopf.Index[ServingKey, dict[str, Any]]
+    children: tuple[kopf.Index[ServingKey, ChildEntry], ...]
+
+    @classmethod
+    def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
+        """The indexes among a handler's keyword arguments."""
+        return cls(
+            nodes=kwargs["node_facts_index"],
+            servings=kwargs["serving_index"],
+            children=(
+                kwargs["deployment_index"],
+                kwargs["statefulset_index"],
+                kwargs["service_index"],
+            ),
+        )
+
+    def body(self, key: ServingKey) -> Mapping[str, Any] | None:
+        """The latest body of a DeepSeekServing (None once deleted)."""
+        bodies = list(self.servings.get(key, []))
+        return bodies[0] if bodies else None
+
+    def live_children(self, key: ServingKey) -> dict[ChildKey, dict[str, Any]]:
+        """The DeepSeekServing's children as the watches last saw them."""
+        live: dict[ChildKey, dict[str, Any]] = {}
+        for index in self.children:
+            for kind, child, body in index.get(key, []):
+                live[(kind, child)] = body
+        return live
+
+
+class OperatorState:
+    """The operator process's state: API client, reconciler, node tracker and pending reconciles.
+
+    It is kopf's ``memo``: kopf shallow-copies the memo for every object it handles, so
+    :meth:`__copy__` returns the one instance every handler must share.
+    """
 
     def __init__(self) -> None:
         self.kube = KubeClient()
         self.reconciler = Reconciler(self.kube, post_event=_post_event)
-        self.node_index: Any = None
-        self.serving_index: Any = None
-        self.child_index: Any = None
-        # Latest facts per node (kept by the node index), and the facts each changed node had
-        # before its change, until ``node_changed`` has acted on it.
-        self.node_prints: dict[str, NodeFacts] = {}
-        self.node_changes: dict[str, NodeFacts | None] = {}
-        self.node_version = 0
-        self._inventory: tuple[tuple[int, int], NodeInventory] | None = None
-        self.pending: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.nodes = NodeTracker()
+        self.indexes: Indexes | None = None  # known once the first handler has run
+        self.pending: dict[ServingKey, asyncio.Task[None]] = {}
+
+    def __copy__(self) -> OperatorState:
+        return self
+
+    def remember(self, kwargs: Mapping[str, Any]) -> Indexes:
+        """Keep the indexes of a handler call for debounced reconciles that run later."""
+        self.indexes = Indexes.of(kwargs)
+        return self.indexes
 
     def inventory(self) -> NodeInventory:
-        """The node inventory, rebuilt only when a node's facts changed or a node went away."""
-        key = (self.node_version, len(self.node_index))
-        if self._inventory is None or self._inventory[0] != key:
-            nodes = [f for name in self.node_index for f in self.node_index[name]]
-            self._inventory = (key, NodeInventory(tuple(sorted(nodes, key=lambda n: n.name))))
-        return self._inventory[1]
+        """The node inventory from the node index."""
+        assert self.indexes is not None  # set by the handler that scheduled the reconcile
+        return self.nodes.inventory(self.indexes.nodes)
 
+    async def reconcile(self, key: ServingKey, trigger: str) -> None:
+        """Reconcile ``key`` with whatever the indexes hold once its turn comes."""
+        indexes = self.indexes
+        assert indexes is not None
+        await self.reconciler.reconcile(
+            key,
+            lambda: indexes.body(key),
+            self.inventory,
+            lambda: indexes.live_children(key),
+            trigger,
+        )
 
-STATE = _State()
+    def schedule(self, key: ServingKey, delay: float, trigger: str) -> None:
+        """Reconcile soon; events arriving meanwhile fold into the same reconcile."""
+        if key in self.pending and not self.pending[key].done():
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            self.pending.pop(key, None)
+            try:
+                await self.reconcile(key, trigger=trigger)
+            except Exception:
+                log.exception(
+                    "Reconcile failed",
+                    extra={"namespace": key[0], "name_": key[1], "trigger": trigger},
+                )
+
+        self.pending[key] = asyncio.create_task(later())
 
 
 @kopf.on.startup()
@@ -86,7 +153,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=KOPF_ANNOTATION_PREFIX
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration", ignored_fields=["status"]
+        prefix=KOPF_ANNOTATION_PREFIX,
+        key="last-handled-configuration",
+        ignored_fields=["status"],
     )
     # Two replicas without their peering object would both act: refuse to run instead.
     settings.peering.mandatory = not settings.peering.standalone
@@ -102,34 +171,21 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 # --- indexes ------------------------------------------------------------------------------------
 
 
-def _fingerprint(facts: NodeFacts) -> NodeFacts:
-    labels = {k: v for k, v in facts.labels.items() if k not in IGNORED_NODE_LABELS}
-    return dataclasses.replace(facts, labels=labels)
-
-
 @kopf.index("", "v1", "nodes")
 def node_facts_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeFacts]:
-    """Node name → GPU facts (bumps the inventory version when a node's facts change)."""
-    facts = _fingerprint(node_facts(body))
-    old = STATE.node_prints.get(name)
-    if old != facts:
-        STATE.node_changes.setdefault(name, old)
-        STATE.node_prints[name] = facts
-        STATE.node_version += 1
-    return {name: facts}
+    """Node name → GPU facts (without labels that change on every pass)."""
+    return {name: fingerprint(node_facts(body))}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
 def serving_index(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[tuple[str, str], dict[str, Any]]:
+) -> dict[ServingKey, dict[str, Any]]:
     """(namespace, name) → the latest DeepSeekServing body."""
     return {(str(namespace), name): dict(body)}
 
 
-def _child_entry(
-    namespace: str | None, name: str, body: kopf.Body
-) -> dict[tuple[str, str], tuple[str, str, dict[str, Any]]]:
+def _child_entry(namespace: str | None, name: str, body: kopf.Body) -> dict[ServingKey, ChildEntry]:
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL_INSTANCE)
     if not owner:
         return {}
@@ -137,7 +193,9 @@ def _child_entry(
 
 
 @kopf.index("apps", "v1", "deployments", labels=CHILD_LABELS)
-def deployment_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+def deployment_index(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[ServingKey, ChildEntry]:
     """(namespace, owner) → our Deployments."""
     return _child_entry(namespace, name, body)
 
@@ -145,51 +203,17 @@ def deployment_index(namespace: str | None, name: str, body: kopf.Body, **_: Any
 @kopf.index("apps", "v1", "statefulsets", labels=CHILD_LABELS)
 def statefulset_index(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[Any, Any]:
+) -> dict[ServingKey, ChildEntry]:
     """(namespace, owner) → our StatefulSets."""
     return _child_entry(namespace, name, body)
 
 
 @kopf.index("", "v1", "services", labels=CHILD_LABELS)
-def service_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+def service_index(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[ServingKey, ChildEntry]:
     """(namespace, owner) → our Services."""
     return _child_entry(namespace, name, body)
-
-
-def _live_children(
-    namespace: str | None, name: str, *indexes: kopf.Index[Any, Any]
-) -> dict[tuple[str, str], dict[str, Any]]:
-    live: dict[tuple[str, str], dict[str, Any]] = {}
-    for index in indexes:
-        for kind, child, body in index.get((namespace, name), []):
-            live[(kind, child)] = body
-    return live
-
-
-def _remember(kwargs: Mapping[str, Any]) -> None:
-    STATE.node_index = kwargs["node_facts_index"]
-    STATE.serving_index = kwargs["serving_index"]
-    STATE.child_index = (
-        kwargs["deployment_index"],
-        kwargs["statefulset_index"],
-        kwargs["service_index"],
-    )
-
-
-async def _run(key: tuple[str, str], trigger: str) -> None:
-    """Reconcile ``key`` with whatever the indexes hold once its turn comes."""
-
-    def body_of() -> Mapping[str, Any] | None:
-        bodies = list(STATE.serving_index.get(key, []))
-        return bodies[0] if bodies else None
-
-    await STATE.reconciler.reconcile(
-        key,
-        body_of,
-        STATE.inventory,
-        lambda: _live_children(key[0], key[1], *STATE.child_index),
-        trigger,
-    )
 
 
 # --- DeepSeekServing ----------------------------------------------------------------------------
@@ -198,12 +222,14 @@ async def _run(key: tuple[str, str], trigger: str) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-async def reconcile_serving(body: kopf.Body, reason: str, **kwargs: Any) -> None:
+async def reconcile_serving(
+    body: kopf.Body, reason: str, memo: OperatorState, **kwargs: Any
+) -> None:
     """Create, update and resume: decide, apply children, write status."""
-    _remember(kwargs)
+    memo.remember(kwargs)
     meta = body.get("metadata") or {}
     try:
-        await _run((str(meta.get("namespace")), str(meta.get("name"))), trigger=str(reason))
+        await memo.reconcile((str(meta.get("namespace")), str(meta.get("name"))), str(reason))
     except Exception as exc:
         raise kopf.TemporaryError(f"Reconcile failed: {exc}", delay=10) from exc
 
@@ -211,79 +237,40 @@ async def reconcile_serving(body: kopf.Body, reason: str, **kwargs: Any) -> None
 # --- Nodes --------------------------------------------------------------------------------------
 
 
-def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
-
-
-def _schedule(namespace: str, name: str, delay: float, trigger: str) -> None:
-    """Reconcile soon; events arriving meanwhile fold into the same reconcile."""
-    key = (namespace, name)
-    if key in STATE.pending and not STATE.pending[key].done():
-        return
-
-    async def later() -> None:
-        await asyncio.sleep(delay)
-        STATE.pending.pop(key, None)
-        try:
-            await _run(key, trigger=trigger)
-        except Exception:
-            log.exception(
-                "Reconcile failed",
-                extra={"namespace": namespace, "name_": name, "trigger": trigger},
-            )
-
-    STATE.pending[key] = asyncio.create_task(later())
-
-
 @kopf.on.event("", "v1", "nodes")
-async def node_changed(name: str, type: str, body: kopf.Body, **kwargs: Any) -> None:
+async def node_changed(name: str, type: str, memo: OperatorState, **kwargs: Any) -> None:
     """Re-evaluate the DeepSeekServings a node's GPU facts can affect (and only those)."""
-    _remember(kwargs)
-    new: NodeFacts | None
-    if type == "DELETED":
-        old, new = STATE.node_prints.pop(name, None), None
-        STATE.node_changes.pop(name, None)
-        STATE.node_version += 1
-    elif name in STATE.node_changes:  # the index saw the facts change (facts computed there)
-        old, new = STATE.node_changes.pop(name), STATE.node_prints[name]
-    else:
+    indexes = memo.remember(kwargs)
+    # The index already holds this event's facts (kopf indexes before it calls handlers).
+    current = None if type == "DELETED" else next(iter(indexes.nodes.get(name, [])), None)
+    change = memo.nodes.observe(name, current)
+    if change is None:
         return  # a heartbeat or another change the decision does not read
-    metrics.NODES.set(len(STATE.node_prints))
+    metrics.NODES.set(len(memo.nodes))
     if type is None:  # initial listing: resume reconciles every DeepSeekServing anyway
         return
-    labels_before = old.labels if old else {}
-    labels_after = new.labels if new else {}
-    for key in list(STATE.serving_index):
-        for serving in STATE.serving_index[key]:
-            selector = (serving.get("spec") or {}).get("nodeSelector") or {}
-            if _selector_matches(selector, labels_before) or _selector_matches(
-                selector, labels_after
-            ):
-                _schedule(key[0], key[1], delay=NODE_DEBOUNCE_S, trigger="nodes")
+    for key in list(indexes.servings):
+        for serving in indexes.servings[key]:
+            if change.may_affect((serving.get("spec") or {}).get("nodeSelector") or {}):
+                memo.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
 
 # --- children -----------------------------------------------------------------------------------
 
 
-async def _child_event(
-    namespace: str | None, type: str, body: kopf.Body, kwargs: Mapping[str, Any]
-) -> None:
-    _remember(kwargs)
-    meta = body.get("metadata") or {}
-    if type == "DELETED":
-        STATE.reconciler.child_deleted(str(namespace), str(body.get("kind")), str(meta.get("name")))
-    owner = (meta.get("labels") or {}).get(LABEL_INSTANCE)
-    if owner and (str(namespace), owner) in STATE.serving_index:
-        _schedule(str(namespace), owner, delay=CHILD_DEBOUNCE_S, trigger="child")
-
-
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
 @kopf.on.event("apps", "v1", "statefulsets", labels=CHILD_LABELS)
 @kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
-async def child_changed(namespace: str | None, type: str, body: kopf.Body, **kwargs: Any) -> None:
+async def child_changed(
+    namespace: str | None, type: str, body: kopf.Body, memo: OperatorState, **kwargs: Any
+) -> None:
     """Readiness changes, hand edits and deletions of our children: reconcile their owner."""
-    if type is not None:  # the initial listing is covered by resume
-        await _child_event(namespace, type, body, kwargs)
-
-
-__all__ = ["FIELD_MANAGER", "STATE"]
+    if type is None:  # the initial listing is covered by resume
+        return
+    indexes = memo.remember(kwargs)
+    meta = body.get("metadata") or {}
+    if type == "DELETED":
+        memo.reconciler.child_deleted(str(namespace), str(body.get("kind")), str(meta.get("name")))
+    owner = (meta.get("labels") or {}).get(LABEL_INSTANCE)
+    if owner and (str(namespace), owner) in indexes.servings:
+        memo.schedule((str(namespace), owner), delay=CHILD_DEBOUNCE_S, trigger="child")

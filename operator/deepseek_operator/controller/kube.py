@@ -1,7 +1,10 @@
 """The operator's own Kubernetes writes: server-side apply, status patch, delete.
 
-The ``kubernetes`` client is synchronous, so every call runs in a worker thread. One field
-manager owns every field we set; ``force`` takes fields back from hand edits.
+REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
+the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
+ResourceClaimTemplate) needs no hand-written path. The ``kubernetes`` client is synchronous, so
+every call runs in a worker thread. One field manager owns every field we set; ``force`` takes
+fields back from hand edits.
 """
 
 from __future__ import annotations
@@ -9,25 +12,44 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.controller import metrics
-from deepseek_operator.names import API_VERSION, FIELD_MANAGER, PLURAL
+from deepseek_operator.errors import DeepSeekOperatorError
+from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
-_PLURALS = {
-    ("v1", "Service"): ("/api/v1", "services"),
-    ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
-    ("apps/v1", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
-}
-DSS_PREFIX = f"/apis/{API_VERSION}"
+
+class KubeError(DeepSeekOperatorError):
+    """The API server does not serve a kind the operator needs to write."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where the API server serves one kind: its group-version prefix and plural name."""
+
+    prefix: str  # /api/v1 or /apis/<group>/<version>
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str, name: str) -> str:
+        """REST path of one object of this kind."""
+        scope = f"/namespaces/{namespace}" if self.namespaced else ""
+        return f"{self.prefix}{scope}/{self.plural}/{name}"
+
+
+def group_version_prefix(api_version: str) -> str:
+    """``/api/v1`` for the core group, ``/apis/<group>/<version>`` otherwise."""
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
 
 
 class KubeClient:
-    """A thread-safe holder of one ``kubernetes.client.ApiClient`` and the calls we make."""
+    """A thread-safe holder of one ``kubernetes.client.ApiClient``, the resource table and our calls."""
 
     def __init__(self) -> None:
         self._api: Any = None
         self._lock = threading.Lock()
+        self._resources: dict[tuple[str, str], Resource] = {}
 
     def _client(self) -> Any:
         with self._lock:
@@ -69,17 +91,36 @@ class KubeClient:
             raise ApiException(status=response.status, reason=response.reason, body=response.data)
         return json.loads(response.data or b"null")
 
-    @staticmethod
-    def object_path(obj: dict[str, Any]) -> str:
-        """REST path of a namespaced child object."""
-        prefix, plural = _PLURALS[(obj["apiVersion"], obj["kind"])]
-        meta = obj["metadata"]
-        return f"{prefix}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+    def resource(self, api_version: str, kind: str) -> Resource:
+        """Where ``kind`` of ``api_version`` is served, from discovery (cached)."""
+        key = (api_version, kind)
+        with self._lock:
+            known = self._resources.get(key)
+        if known is not None:
+            return known
+        prefix = group_version_prefix(api_version)
+        listing = self._call("GET", prefix, None, "application/json") or {}
+        found: dict[tuple[str, str], Resource] = {}
+        for entry in listing.get("resources") or []:
+            if "/" in str(entry.get("name", "")):  # a subresource such as deployments/status
+                continue
+            found[(api_version, str(entry.get("kind")))] = Resource(
+                prefix, str(entry["name"]), bool(entry.get("namespaced", True))
+            )
+        with self._lock:
+            self._resources.update(found)
+        if key not in found:
+            raise KubeError(f"the API server does not serve kind {kind} in {api_version}")
+        return found[key]
 
-    async def apply(self, obj: dict[str, Any]) -> Any:
-        """Server-side apply ``obj`` under our field manager, taking over conflicting fields."""
-        return await asyncio.to_thread(
-            self._call,
+    def object_path(self, obj: dict[str, Any]) -> str:
+        """REST path of a child object."""
+        meta = obj["metadata"]
+        resource = self.resource(obj["apiVersion"], obj["kind"])
+        return resource.path(meta.get("namespace", ""), meta["name"])
+
+    def _apply(self, obj: dict[str, Any]) -> Any:
+        return self._call(
             "PATCH",
             self.object_path(obj),
             obj,
@@ -87,21 +128,26 @@ class KubeClient:
             [("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
 
-    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """Delete a child we no longer render (foreground, so its pods go too)."""
-        prefix, plural = _PLURALS[(api_version, kind)]
-        path = f"{prefix}/namespaces/{namespace}/{plural}/{name}"
+    async def apply(self, obj: dict[str, Any]) -> Any:
+        """Server-side apply ``obj`` under our field manager, taking over conflicting fields."""
+        return await asyncio.to_thread(self._apply, obj)
+
+    def _delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        path = self.resource(api_version, kind).path(namespace, name)
         try:
-            await asyncio.to_thread(
-                self._call, "DELETE", path, {"propagationPolicy": "Foreground"}, "application/json"
-            )
+            self._call("DELETE", path, {"propagationPolicy": "Foreground"}, "application/json")
         except Exception as exc:
             if getattr(exc, "status", None) != 404:
                 raise
 
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete a child we no longer render (foreground, so its pods go too)."""
+        await asyncio.to_thread(self._delete, api_version, kind, namespace, name)
+
+    def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> Any:
+        path = self.resource(API_VERSION, KIND).path(namespace, name) + "/status"
+        return self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
+
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> Any:
         """Merge-patch the DeepSeekServing's status subresource."""
-        path = f"{DSS_PREFIX}/namespaces/{namespace}/{PLURAL}/{name}/status"
-        return await asyncio.to_thread(
-            self._call, "PATCH", path, {"status": status}, "application/merge-patch+json"
-        )
+        return await asyncio.to_thread(self._patch_status, namespace, name, status)

@@ -58,7 +58,7 @@ def run_operator(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from deepseek_operator.controller import handlers  # noqa: F401  (registers the handlers)
+    from deepseek_operator.controller.handlers import OperatorState  # registers the handlers
 
     setup_logging(args.log_level)
     start_http_server(args.metrics_port, addr=args.metrics_address)
@@ -70,5 +70,6 @@ def run_operator(args: argparse.Namespace) -> int:
         liveness_endpoint=f"http://{args.health_address}:{args.health_port}/healthz",
         clusterwide=not args.namespace,
         namespaces=args.namespace,
+        memo=OperatorState(),
     )
     return 0

@@ -198,9 +198,9 @@ class Reconciler:
             if current is None or not contains(current, manifest):
                 writes.append(self._apply(obj, manifest))
                 outcome.applied.append(f"{key[0]}/{key[1]}")
-        for kind, child in live:
+        for (kind, child), child_body in live.items():
             if (kind, child) not in desired_keys:
-                api_version = "v1" if kind == "Service" else "apps/v1"
+                api_version = str(child_body.get("apiVersion") or "")
                 writes.append(self.kube.delete(api_version, kind, obj.namespace, child))
                 self._applied.pop((obj.namespace, kind, child, obj.name), None)
                 outcome.deleted.append(f"{kind}/{child}")
