@@ -14,6 +14,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from tests.unit.factories import agent_labels, node, spec  # noqa: E402
 

@@ -61,11 +61,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, agent_labels, make_gpu_node  # noqa: E402
 from k8s.cluster import (  # noqa: E402
     CORE_BINARIES,
     ControlPlane,
     default_bin_dir,
-    make_gpu_node,
     missing_binaries,
     wait_for,
 )
@@ -75,14 +75,8 @@ GROUP, VERSION, PLURAL = "serving.deepseek-operator.io", "v1alpha1", "deepseekse
 DSS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 SEED = ROOT / "examples" / "dsv41-flash-gb200.yaml"
 NOOP = ROOT / "bench" / "noop_operator.py"
-GB200_AGENT = {
-    "present": "true",
-    "sm-family": "sm100",
-    "cc": "10.0",
-    "nvlink.fully-connected": "true",
-    "nvlink.domain-size": "4",
-}
-H200_AGENT = {"present": "true", "sm-family": "sm90", "cc": "9.0", "nvlink.fully-connected": "true"}
+GB200_AGENT = HEALTHY_GB200_AGENT_LABELS
+H200_AGENT = agent_labels("NVIDIA-H200")
 TARGET_RATIO, TARGET_RSS_MB = 1.5, 200.0
 
 

@@ -21,26 +21,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from k8s.cluster import ControlPlane, default_bin_dir, make_gpu_node, wait_for  # noqa: E402
+from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, agent_labels, make_gpu_node  # noqa: E402
+from k8s.cluster import ControlPlane, default_bin_dir, wait_for  # noqa: E402
 from k8s.operator import OperatorProcess  # noqa: E402
 
 CHART = REPO / "charts" / "deepseek-operator"
 RELEASE = "deepseek-operator"
 OPERATOR_NS = "deepseek-operator"
-AGENT_GB200 = {
-    "present": "true",
-    "sm-family": "sm100",
-    "cc": "10.0",
-    "count": "4",
-    "product": "NVIDIA-GB200",
-}
-AGENT_H200 = {
-    "present": "true",
-    "sm-family": "sm90",
-    "cc": "9.0",
-    "count": "8",
-    "product": "NVIDIA-H200",
-}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -49,18 +36,17 @@ def _say(text: str) -> None:
 
 
 def _nodes() -> list[dict[str, object]]:
-    nvl = {"nvlink.fully-connected": "true", "nvlink.domain-size": "4"}
-    broken = {"nvlink.fully-connected": "false", "nvlink.domain-size": "3"}
+    broken = agent_labels("NVIDIA-GB200", fully_connected="false")
     return [
-        make_gpu_node("gb200-tray-0", agent_labels={**AGENT_GB200, **nvl}, taints=[GPU_TAINT]),
-        make_gpu_node("gb200-tray-1", agent_labels={**AGENT_GB200, **nvl}, taints=[GPU_TAINT]),
-        make_gpu_node("gb200-tray-2", agent_labels={**AGENT_GB200, **broken}, taints=[GPU_TAINT]),
+        make_gpu_node("gb200-tray-0", agent_labels=HEALTHY_GB200_AGENT_LABELS, taints=[GPU_TAINT]),
+        make_gpu_node("gb200-tray-1", agent_labels=HEALTHY_GB200_AGENT_LABELS, taints=[GPU_TAINT]),
+        make_gpu_node("gb200-tray-2", agent_labels=broken, taints=[GPU_TAINT]),
         make_gpu_node(
             "h200-node-0",
             "NVIDIA-H200",
             8,
             (9, 0),
-            agent_labels={**AGENT_H200, "nvlink.fully-connected": "true"},
+            agent_labels=agent_labels("NVIDIA-H200"),
             taints=[GPU_TAINT],
         ),
         make_gpu_node(
@@ -68,7 +54,7 @@ def _nodes() -> list[dict[str, object]]:
             "NVIDIA-H200",
             8,
             (9, 0),
-            agent_labels={**AGENT_H200, "nvlink.fully-connected": "true"},
+            agent_labels=agent_labels("NVIDIA-H200"),
             taints=[GPU_TAINT],
         ),
     ]

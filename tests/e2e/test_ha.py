@@ -9,7 +9,8 @@ import time
 import pytest
 import yaml
 
-from k8s.cluster import ControlPlane, make_gpu_node, wait_for
+from gpu_nodes import make_gpu_node
+from k8s.cluster import ControlPlane, wait_for
 from k8s.operator import OperatorProcess, patch_serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from k8s.cluster import ControlPlane, make_gpu_node, require_binaries, unique_name, wait_for
+from gpu_nodes import make_gpu_node
+from k8s.cluster import ControlPlane, require_binaries, unique_name, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "serving.deepseek-operator.io_deepseekservings.yaml"

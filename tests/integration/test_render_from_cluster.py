@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from k8s.cluster import ControlPlane, make_gpu_node
+from gpu_nodes import make_gpu_node
+from k8s.cluster import ControlPlane
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -44,11 +44,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from gpu_nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+
 T = TypeVar("T")
 
-#: Annotation kwok selects the Nodes it manages by (``--manage-nodes-with-annotation-selector``).
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-KWOK_NODE_VALUE = "fake"
 #: kwok Stage config (its "fast" node and pod stages); kwok runs no stages without one.
 KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 
@@ -726,114 +725,6 @@ class ControlPlane:
     def delete_node(self, name: str) -> None:
         """Delete Node *name* (ignored if absent)."""
         self.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false", check=False)
-
-
-# --------------------------------------------------------------------------------------------
-# GPU nodes
-# --------------------------------------------------------------------------------------------
-
-AGENT_PREFIX = "gpu.deepseek-operator.io/"
-
-#: ``nvidia.com/gpu.memory`` (MiB, as GFD reports it) for products the tests use.
-GPU_MEMORY_MIB: dict[str, int] = {
-    "NVIDIA-H100-80GB-HBM3": 81559,
-    "NVIDIA-H200": 143771,
-    "NVIDIA-B200": 183359,
-    "NVIDIA-GB200": 189471,
-    "NVIDIA-B300-SXM6-AC": 275040,
-    "NVIDIA-GB300": 284208,
-    "NVIDIA-A100-SXM4-80GB": 81920,
-    "NVIDIA-L40S": 46068,
-}
-
-
-#: Agent labels of a healthy GB200 tray (SM100, all four GPUs pairwise NVLink-connected).
-HEALTHY_GB200_AGENT_LABELS: dict[str, str] = {
-    "present": "true",
-    "sm-family": "sm100",
-    "cc": "10.0",
-    "nvlink.fully-connected": "true",
-    "nvlink.domain-size": "4",
-}
-
-
-def gpu_family(cc: tuple[int, int]) -> str:
-    """GFD's ``nvidia.com/gpu.family`` for a compute capability (10.x and 12.x: blackwell)."""
-    major, minor = cc
-    if major == 8 and minor == 9:
-        return "ada-lovelace"
-    return {
-        7: "volta" if minor == 0 else "turing",
-        8: "ampere",
-        9: "hopper",
-        10: "blackwell",
-        12: "blackwell",
-        13: "rubin",
-    }.get(major, "undefined")
-
-
-def make_gpu_node(
-    name: str,
-    product: str = "NVIDIA-GB200",
-    count: int = 4,
-    cc: tuple[int, int] = (10, 0),
-    agent_labels: Mapping[str, str] | None = None,
-    extra_labels: Mapping[str, str] | None = None,
-    allocatable_gpus: int | None = None,
-    *,
-    memory_mib: int | None = None,
-    cpu: str = "128",
-    memory: str = "1Ti",
-    pods: str = "110",
-    taints: Sequence[Mapping[str, str]] = (),
-    annotations: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Build a kwok-managed GPU Node object (a dict) with GPU Feature Discovery labels.
-
-    Labels: ``nvidia.com/gpu.{present,product,count,compute.major,compute.minor,memory,family}``,
-    ``kubernetes.io/{hostname,os,arch}`` (arm64 for Grace ``GB*`` products) and ``type=kwok``.
-    *agent_labels* are node-agent labels; keys without the ``gpu.deepseek-operator.io/`` prefix
-    get it (``{"nvlink.fully-connected": "true"}`` works). *extra_labels* are added verbatim.
-    ``status.capacity`` has *count* ``nvidia.com/gpu``; ``status.allocatable`` has
-    *allocatable_gpus* (default *count*). The ``kwok.x-k8s.io/node: fake`` annotation makes the
-    ``full_cluster`` kwok manage it. Create it with :meth:`ControlPlane.create_node`.
-    """
-    major, minor = cc
-    mem = memory_mib if memory_mib is not None else GPU_MEMORY_MIB.get(product, 81920)
-    labels: dict[str, str] = {
-        "type": "kwok",
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "arm64" if product.startswith("NVIDIA-GB") else "amd64",
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(count),
-        "nvidia.com/gpu.compute.major": str(major),
-        "nvidia.com/gpu.compute.minor": str(minor),
-        "nvidia.com/gpu.memory": str(mem),
-        "nvidia.com/gpu.family": gpu_family(cc),
-    }
-    for key, value in (agent_labels or {}).items():
-        labels[key if key.startswith(AGENT_PREFIX) else AGENT_PREFIX + key] = str(value)
-    labels.update({k: str(v) for k, v in (extra_labels or {}).items()})
-    arch = labels["kubernetes.io/arch"]
-    alloc = count if allocatable_gpus is None else allocatable_gpus
-    resources = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE, **(annotations or {})},
-        },
-        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
-        "status": {
-            "nodeInfo": {"architecture": arch, "operatingSystem": "linux"},
-            "capacity": {**resources, "nvidia.com/gpu": str(count)},
-            "allocatable": {**resources, "nvidia.com/gpu": str(alloc)},
-        },
-    }
 
 
 # --------------------------------------------------------------------------------------------

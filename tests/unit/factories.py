@@ -1,4 +1,8 @@
-"""Builders for specs and Node objects used across the unit tests."""
+"""Builders for specs, Nodes and inventories used across the unit tests.
+
+Nodes come from the one shared builder in ``tests/gpu_nodes.py``; ``agent_labels`` is re-exported
+from there for the unit tests' convenience.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,7 @@ from typing import Any
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
-
-AGENT = "gpu.deepseek-operator.io/"
-
-PRODUCTS: dict[str, tuple[tuple[int, int], int]] = {
-    "NVIDIA-GB200": ((10, 0), 4),
-    "NVIDIA-B200": ((10, 0), 8),
-    "NVIDIA-B300-SXM6-AC": ((10, 3), 8),
-    "NVIDIA-GB300": ((10, 3), 4),
-    "NVIDIA-H200": ((9, 0), 8),
-    "NVIDIA-H100-80GB-HBM3": ((9, 0), 8),
-    "NVIDIA-H100-PCIe": ((9, 0), 4),
-    "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition": ((12, 0), 8),
-}
+from gpu_nodes import agent_labels, make_gpu_node
 
 
 def spec(**overrides: Any) -> DeepSeekServingSpec:
@@ -50,44 +42,20 @@ def node(
     unschedulable: bool = False,
     ready: bool = True,
 ) -> dict[str, Any]:
-    """A Node object with GFD labels for ``product`` and optional agent labels."""
-    cc, count = PRODUCTS[product]
-    node_labels = {
-        "kubernetes.io/hostname": name,
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(count),
-    }
-    if gfd_cc:
-        node_labels["nvidia.com/gpu.compute.major"] = str(cc[0])
-        node_labels["nvidia.com/gpu.compute.minor"] = str(cc[1])
-    if agent is not None:
-        node_labels.update({AGENT + k: v for k, v in agent.items()})
-    node_labels.update(labels or {})
-    gpus = count if allocatable is None else allocatable
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": node_labels},
-        "spec": {"taints": taints or [], "unschedulable": unschedulable},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64"},
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
-
-
-def agent_labels(product: str = "NVIDIA-GB200", fully_connected: str = "true") -> dict[str, str]:
-    """Agent labels as the node agent publishes them."""
-    cc, count = PRODUCTS[product]
-    return {
-        "present": "true",
-        "product": product,
-        "count": str(count),
-        "cc": f"{cc[0]}.{cc[1]}",
-        "sm-family": f"sm{cc[0] * 10}",
-        "nvlink.fully-connected": fully_connected,
-        "nvlink.domain-size": str(count if fully_connected == "true" else count - 1),
-    }
+    """A bare GPU Node (the shared builder, without memory labels or kwok) for the decision."""
+    return make_gpu_node(
+        name,
+        product,
+        agent_labels=agent,
+        extra_labels=labels,
+        allocatable_gpus=allocatable,
+        gfd_cc=gfd_cc,
+        gfd_memory=False,
+        kwok=False,
+        taints=taints or (),
+        unschedulable=unschedulable,
+        ready=ready,
+    )
 
 
 def inventory(*nodes: dict[str, Any]) -> NodeInventory:
@@ -98,3 +66,6 @@ def inventory(*nodes: dict[str, Any]) -> NodeInventory:
 def gb200_pool(n: int = 4) -> NodeInventory:
     """``n`` healthy GB200 trays with agent labels."""
     return inventory(*(node(f"gb200-{i}", agent=agent_labels()) for i in range(n)))
+
+
+__all__ = ["agent_labels", "gb200_pool", "inventory", "node", "spec"]

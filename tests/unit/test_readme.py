@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -35,7 +37,22 @@ def test_readme_command_examples_run(command: str) -> None:
     argv[0] = str(pathlib.Path(sys.executable).parent / "deepseek-operator")
     out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout
+    assert out.stderr == ""
+    # Each example prints what the README's command table promises for it.
+    if argv[1] == "render" and "json" in argv:
+        printed = json.loads(out.stdout)
+        assert set(printed) == {"status", "objects"}
+        assert (
+            printed["status"]["resolved"]["moeBackend"]
+            in printed["objects"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        )
+    elif argv[1] == "render":
+        assert re.search(r"rendered --moe-backend \S+", out.stdout), out.stdout
+        assert re.search(r"^  RULE +CHECK +RESULT +OBSERVED$", out.stdout, re.M), out.stdout
+        assert re.search(r"^  vllm serve \S+ .*--moe-backend ", out.stdout, re.M), out.stdout
+    else:
+        assert argv[1] == "topology"
+        assert re.search(r"^gpu\.deepseek-operator\.io/nvlink\.fully-connected +(true|false)$", out.stdout, re.M), out.stdout  # fmt: skip
 
 
 def test_readme_mentions_every_condition_reason_and_command() -> None:

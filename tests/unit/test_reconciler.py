@@ -24,6 +24,7 @@ class FakeKube:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.statuses: list[dict[str, Any]] = []
         self.rv = 100
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -41,6 +42,7 @@ class FakeKube:
     ) -> dict[str, Any]:
         self.rv += 1
         self.calls.append(("status", name))
+        self.statuses.append(copy.deepcopy(status))
         return {"metadata": {"resourceVersion": str(self.rv)}, "status": status}
 
 
@@ -138,7 +140,7 @@ def test_a_spec_the_api_server_should_have_refused_gets_invalid_spec_once() -> N
     _run(rec, bad, gb200_pool())
     assert kube.calls == [("status", "a")]  # no children, one status write
     assert events == ["InvalidSpec"]
-    status = rec._written[("llm", "a")][1]
+    status = kube.statuses[-1]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["BackendResolved"]["reason"] == "InvalidSpec"
     assert 'spec.moeBackend: Invalid value: "megamoe"' in conditions["Ready"]["message"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
+import jsonschema
 from tests.unit.factories import gb200_pool, inventory, node, spec
 
+from deepseek_operator.api.crd import build_crd
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.render.argv import vllm_args
@@ -228,4 +228,5 @@ def test_status_conditions_and_stable_transition_times() -> None:
         conds2["Ready"]["status"] == "True"
         and conds2["Ready"]["lastTransitionTime"] == "2026-01-01T01:00:00Z"
     )
-    json.dumps(second)
+    # What the operator writes is what the CRD's structural schema accepts.
+    jsonschema.validate(second, build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"])  # fmt: skip
