@@ -99,7 +99,7 @@ def _cluster_nodes() -> list[dict[str, Any]]:
         raise InputError(f"--from-cluster: cannot list Nodes: {exc}".splitlines()[0]) from None
 
 
-def _text(
+def _text_report(
     obj: ServingObject,
     res: Resolution,
     status: DeepSeekServingStatus,
@@ -194,5 +194,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("".join(f"# {line}\n" for line in header.splitlines()))
         sys.stdout.write(yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, width=100))
     else:
-        sys.stdout.write(_text(obj, res, status, objects, len(inventory)))
+        sys.stdout.write(_text_report(obj, res, status, objects, len(inventory)))
     return 0

@@ -36,7 +36,7 @@ def _notes(topology: GpuTopology) -> list[str]:
     return notes
 
 
-def render_json(matrix: TopoMatrix, topology: GpuTopology) -> dict[str, Any]:
+def labels_document(matrix: TopoMatrix, topology: GpuTopology) -> dict[str, Any]:
     """The ``-o json`` document: ``{"labels", "annotation", "matrix", "notes"}``."""
     return {
         "labels": labels_for(topology),
@@ -51,7 +51,7 @@ def render_json(matrix: TopoMatrix, topology: GpuTopology) -> dict[str, Any]:
     }
 
 
-def render_text(topology: GpuTopology, out: TextIO) -> None:
+def write_label_table(topology: GpuTopology, out: TextIO) -> None:
     """Aligned ``key  value`` lines, then the notes as ``# ...`` comments."""
     labels = labels_for(topology)
     width = max(len(k) for k in labels)
@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {args.topo_file}: {exc}", file=sys.stderr)
         return 1
     if args.output == "json":
-        json.dump(render_json(matrix, topology), sys.stdout, indent=2)
+        json.dump(labels_document(matrix, topology), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render_text(topology, sys.stdout)
+        write_label_table(topology, sys.stdout)
     return 0
