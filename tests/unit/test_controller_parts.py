@@ -1,0 +1,97 @@
+"""Narrow unit tests of two controller parts: the discovery-backed resource table and the node tracker.
+
+The real API server paths are exercised by tests/integration and tests/e2e; these pin down that a
+new kind needs no hand-written path and which Node events count as changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.unit.factories import agent_labels, node
+
+from deepseek_operator.controller.kube import KubeClient, KubeError
+from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
+from deepseek_operator.nodes.facts import node_facts
+
+LWS_DISCOVERY = {
+    "kind": "APIResourceList",
+    "groupVersion": "leaderworkerset.x-k8s.io/v1",
+    "resources": [
+        {"name": "leaderworkersets", "kind": "LeaderWorkerSet", "namespaced": True},
+        {"name": "leaderworkersets/status", "kind": "LeaderWorkerSet", "namespaced": True},
+    ],
+}
+
+
+class DiscoveryOnly(KubeClient):
+    """A KubeClient whose API server answers discovery requests only, and counts them."""
+
+    def __init__(self, listings: dict[str, Any]) -> None:
+        super().__init__()
+        self.listings = listings
+        self.requests: list[tuple[str, str]] = []
+
+    def _call(self, method: str, path: str, body: Any, content_type: str, query: Any = None) -> Any:
+        self.requests.append((method, path))
+        return self.listings.get(path, {"resources": []})
+
+
+def test_a_new_kind_is_written_through_discovery_without_a_hand_written_path() -> None:
+    kube = DiscoveryOnly({"/apis/leaderworkerset.x-k8s.io/v1": LWS_DISCOVERY})
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "dsv41", "namespace": "llm"},
+    }
+    assert kube.object_path(lws) == "/apis/leaderworkerset.x-k8s.io/v1/namespaces/llm/leaderworkersets/dsv41"  # fmt: skip
+    kube.object_path(lws)
+    assert kube.requests == [("GET", "/apis/leaderworkerset.x-k8s.io/v1")]  # cached after one GET
+
+
+def test_core_group_and_unknown_kinds() -> None:
+    core = {"resources": [{"name": "services", "kind": "Service", "namespaced": True}]}
+    kube = DiscoveryOnly({"/api/v1": core})
+    assert kube.resource("v1", "Service").path("llm", "a") == "/api/v1/namespaces/llm/services/a"
+    with pytest.raises(KubeError, match="ComputeDomain"):
+        kube.resource("v1", "ComputeDomain")
+
+
+def test_node_tracker_reports_only_changes_the_decision_reads() -> None:
+    tracker = NodeTracker()
+    healthy = fingerprint(node_facts(node("gb0", agent=agent_labels())))
+    first = tracker.observe("gb0", healthy)
+    assert first is not None and first.before is None and first.after == healthy
+    # A GFD pass rewrites its timestamp label only: not a change.
+    heartbeat = node("gb0", agent=agent_labels(), labels={"nvidia.com/gfd.timestamp": "1"})
+    assert tracker.observe("gb0", fingerprint(node_facts(heartbeat))) is None
+    broken = fingerprint(node_facts(node("gb0", agent=agent_labels(fully_connected="false"))))
+    change = tracker.observe("gb0", broken)
+    assert change is not None and change.before == healthy and change.after == broken
+    gone = tracker.observe("gb0", None)
+    assert gone is not None and gone.after is None and len(tracker) == 0
+
+
+def test_node_change_affects_servings_whose_selector_matched_before_or_after() -> None:
+    tracker = NodeTracker()
+    before = fingerprint(node_facts(node("gb0", labels={"pool": "a"})))
+    after = fingerprint(node_facts(node("gb0", labels={"pool": "b"})))
+    tracker.observe("gb0", before)
+    change = tracker.observe("gb0", after)
+    assert change is not None
+    assert change.may_affect({"pool": "a"}) and change.may_affect({"pool": "b"})
+    assert not change.may_affect({"pool": "c"})
+
+
+def test_inventory_is_rebuilt_after_a_change_only() -> None:
+    tracker = NodeTracker()
+    facts = fingerprint(node_facts(node("gb0", agent=agent_labels())))
+    index = {"gb0": [facts]}
+    tracker.observe("gb0", facts)
+    first = tracker.inventory(index)
+    assert tracker.inventory(index) is first
+    changed = fingerprint(node_facts(node("gb0", agent=agent_labels(fully_connected="false"))))
+    index = {"gb0": [changed]}
+    tracker.observe("gb0", changed)
+    assert tracker.inventory(index).nodes == (changed,)
