@@ -8,6 +8,7 @@ Kubernetes client and pynvml only when they run, so ``render`` and ``crds`` neve
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -34,7 +35,18 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; return the process exit code."""
     args = _build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except BrokenPipeError:
+        # The reader went away (``render ... | head``): that is the reader's choice, not an
+        # error worth a traceback. Point stdout at /dev/null so the interpreter's final flush
+        # does not raise again, and exit like a shell pipeline member killed by SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
+    except KeyboardInterrupt:
+        print(f"{PROJECT}: interrupted", file=sys.stderr)
+        return 128 + 2
 
 
 if __name__ == "__main__":

@@ -158,3 +158,27 @@ def test_render_does_not_import_kopf_or_the_kubernetes_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_closed_pipe_is_not_a_traceback() -> None:
+    """``render ... -o yaml | head -1`` must not print a BrokenPipeError traceback.
+
+    The output is larger than a pipe buffer, so the writer is still writing when the reader
+    hangs up.
+    """
+    nodes = str(ROOT / "examples/nodes-gb200.yaml")
+    command = ["render", "-f", SEED, "--nodes", nodes, "-o", "yaml"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deepseek_operator.cli", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.read(16)  # read a little, then hang up like `head` does
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert first
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert proc.returncode in (0, 141)
