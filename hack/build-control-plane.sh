@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local test control plane from the Go module proxy, once, and cache it.
 #
-# Binaries: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm.
+# Binaries: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm,
+#           lws-controller (with its CRDs and webhook manifests in bin/lws-manifests/).
 # Versions: hack/versions.env (the one place they are pinned).
 # Output:   ${DSO_CACHE:-$HOME/.cache/deepseek-operator}/bin/  (outside the repo; nothing committed)
 #
@@ -9,7 +10,7 @@
 # re-run with matching stamps and present binaries does nothing and takes well under a second.
 # Set DSO_FORCE_REBUILD=1 to ignore the stamps. Recipe and background: docs/control-plane.md §1-§3.
 #
-# Usage: hack/build-control-plane.sh [component ...]   (components: etcd kubernetes kwok helm;
+# Usage: hack/build-control-plane.sh [component ...]   (components: etcd kubernetes kwok helm lws;
 #        default: all). Prints the bin directory on its last line.
 set -euo pipefail
 
@@ -161,9 +162,42 @@ build_helm() {
   log "helm ${h}: built in $((SECONDS - t0))s: $("${BIN}/helm" version --short)"
 }
 
+build_lws() {
+  local l="${LWS_VERSION}"
+  local stamp="lws=${l} $("${GO}" env GOVERSION)"
+  local manifests="${BIN}/lws-manifests"
+  if up_to_date lws "${stamp}" lws-controller \
+    && [[ -f "${manifests}/leaderworkerset.x-k8s.io_leaderworkersets.yaml" ]]; then
+    log "lws ${l}: up to date"; return
+  fi
+  log "lws ${l}: building"
+  local w="${WORK}/lws-${l}" t0=${SECONDS}
+  new_wrapper "${w}" localbuild/lwsbin
+  (
+    cd "${w}"
+    # The module has no replace directives; its main package is sigs.k8s.io/lws/cmd.
+    "${GO}" get -tool "sigs.k8s.io/lws/cmd@${l}"
+    local ld="-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=${l}"
+    ld+=" -X sigs.k8s.io/lws/pkg/version.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    "${GO}" build -mod=mod -ldflags="${ld}" -o "${w}/out/lws-controller" sigs.k8s.io/lws/cmd
+  )
+  # The CRDs and webhook manifests the release ships (config/ of the same module version).
+  local src
+  src="$(cd "${w}" && "${GO}" list -m -f '{{.Dir}}' "sigs.k8s.io/lws")"
+  [[ -d "${src}/config/crd/bases" ]] || { echo "error: no config/crd/bases in ${src}" >&2; exit 1; }
+  rm -rf "${manifests}"; mkdir -p "${manifests}"
+  install -m 0644 "${src}"/config/crd/bases/*.yaml "${manifests}/"
+  install -m 0644 "${src}/config/webhook/manifests.yaml" "${manifests}/webhooks.yaml"
+  install -m 0644 "${src}/config/webhook/mutating-patch.yaml" "${manifests}/webhooks-mutating-patch.yaml"
+  install -m 0644 "${src}/config/webhook/validating-patch.yaml" "${manifests}/webhooks-validating-patch.yaml"
+  install -m 0755 "${w}/out/lws-controller" "${BIN}/lws-controller"
+  echo "${stamp}" > "${BIN}/.stamp-lws"
+  log "lws ${l}: built in $((SECONDS - t0))s: $("${BIN}/lws-controller" --version | head -1)"
+}
+
 main() {
   local components=("$@")
-  [[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes kwok helm)
+  [[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes kwok helm lws)
   local t0=${SECONDS} c
   for c in "${components[@]}"; do
     case "${c}" in
@@ -171,7 +205,8 @@ main() {
       kubernetes | k8s) build_kubernetes ;;
       kwok) build_kwok ;;
       helm) build_helm ;;
-      *) echo "error: unknown component '${c}' (etcd kubernetes kwok helm)" >&2; exit 2 ;;
+      lws) build_lws ;;
+      *) echo "error: unknown component '${c}' (etcd kubernetes kwok helm lws)" >&2; exit 2 ;;
     esac
   done
   log "done in $((SECONDS - t0))s; binaries in ${BIN}"

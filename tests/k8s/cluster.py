@@ -182,6 +182,20 @@ def _issue(d: Path, name: str, ca: str, subject: str, extensions: str) -> None:
              "-out", f"{name}.crt", cwd=d)  # fmt: skip
 
 
+def make_serving_cert(directory: Path, name: str, cn: str) -> tuple[Path, Path, Path]:
+    """Create a CA and a loopback server certificate signed by it (for webhook servers).
+
+    Returns ``(ca_crt, tls_crt, tls_key)``; the certificate is valid for ``IP:127.0.0.1`` and
+    ``DNS:localhost``, the addresses webhook configurations point the API server at.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    _make_ca(directory, f"{name}-ca", f"{cn}-ca")
+    _issue(directory, name, f"{name}-ca", f"/CN={cn}",
+           "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
+           "keyUsage=digitalSignature\n")  # fmt: skip
+    return directory / f"{name}-ca.crt", directory / f"{name}.crt", directory / f"{name}.key"
+
+
 def generate_pki(directory: Path) -> dict[str, Path]:
     """Create the cluster PKI with the openssl CLI (EC P-256 certificates, RSA SA keys).
 
@@ -338,7 +352,7 @@ class ControlPlane:
     ``bin_dir``, ``work_dir`` (PKI, etcd data, logs under ``work_dir/logs``), ``env`` (environment
     for subprocesses: ``KUBECONFIG``, ``bin_dir`` first on ``PATH``, helm dirs in ``work_dir``),
     ``sa_key_file``/``sa_pub_file`` (ServiceAccount signing keys), ``full`` (whether
-    controller-manager, scheduler and kwok run).
+    controller-manager, scheduler and kwok run), ``extras`` (add-ons such as LWS).
     """
 
     bin_dir: Path
@@ -351,6 +365,8 @@ class ControlPlane:
     pki: dict[str, Path] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
     full: bool = False
+    #: Add-ons started by other fixtures, by name (e.g. ``"lws"``: :class:`k8s.lws.LwsInstall`).
+    extras: dict[str, Any] = field(default_factory=dict)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -552,6 +568,11 @@ class ControlPlane:
             what="default ServiceAccount and kube-root-ca.crt",
         )
         self.full = True
+
+    def run_component(self, component: Component, timeout: float = COMPONENT_READY_TIMEOUT) -> None:
+        """Start *component* (stopped with the cluster) and wait until its health URL answers."""
+        self._launch(component)
+        self._wait_healthy(component, timeout=timeout)
 
     def stop(self) -> None:
         """Stop every component, newest first."""
