@@ -30,8 +30,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
     attach_logs_on_failure(item, outcome.get_result())
 
 
-# --- the operator as a subprocess (tests/k8s/operator.py) --------------------------------------
-# --- rack scale: the real LWS controller and NVIDIA's ComputeDomain surface ---------------------
+# --- the operator as a subprocess (tests/k8s/operator.py); rack scale: the real LWS controller
+# (tests/k8s/lws.py) and NVIDIA's ComputeDomain surface (tests/k8s/dra.py) ----------------------
 from k8s.dra import compute_domain_driver  # noqa: E402, F401
 from k8s.lws import lws_cluster  # noqa: E402, F401
 from k8s.operator import crds, operator  # noqa: E402, F401
