@@ -735,6 +735,22 @@ class ControlPlane:
             wait_for(lambda: self.node_ready(name), timeout=60, what=f"node {name} Ready")
         return self.kubectl_json("get", "node", name)
 
+    def wait_crd_established(self, name: str, timeout: float = 60.0) -> None:
+        """Wait until CRD *name* has condition Established=True.
+
+        Polls instead of ``kubectl wait``, which fails outright on a CRD created a moment ago
+        (no ``status.conditions`` yet).
+        """
+
+        def established() -> bool:
+            crd = self.kubectl_json("get", "crd", name)
+            return any(
+                c.get("type") == "Established" and c.get("status") == "True"
+                for c in crd.get("status", {}).get("conditions", [])
+            )
+
+        wait_for(established, timeout=timeout, what=f"CRD {name} Established")
+
     def node_ready(self, name: str) -> bool:
         """Whether Node *name* has condition Ready=True."""
         node = self.kubectl_json("get", "node", name)

@@ -304,9 +304,7 @@ class ComputeDomainDriver:
     def install(self) -> ComputeDomainDriver:
         """Install the CRD and DeviceClasses and start the template stand-in."""
         self.cp.apply(computedomain_crd())
-        self.cp.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{CD_CRD}", timeout=90
-        )
+        self.cp.wait_crd_established(CD_CRD)
         wait_for(
             lambda: self.cp.kubectl("get", CD_PLURAL, "-A", check=False).returncode == 0,
             timeout=30,

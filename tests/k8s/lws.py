@@ -152,9 +152,7 @@ class LwsInstall:
                 "apply", "--server-side", "--force-conflicts", "-f", str(path), timeout=120
             )
         for crd in LWS_CRDS:
-            self.cp.kubectl(
-                "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}", timeout=90
-            )
+            self.cp.wait_crd_established(crd)
         wait_for(
             lambda: self.cp.kubectl("get", "leaderworkersets", "-A", check=False).returncode == 0,
             timeout=30,
