@@ -19,7 +19,7 @@ import pytest
 from k8s.cluster import ControlPlane, unique_name, wait_for
 from k8s.dra import CD_GROUP, CD_VERSION, CHANNEL_CLASS, DRIVER, ComputeDomainDriver
 from k8s.lws import LWS_GROUP
-from k8s.racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
+from racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
 
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"

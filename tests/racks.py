@@ -16,12 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from k8s.cluster import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from deepseek_operator import names
+from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 
-GFD_CLIQUE = "nvidia.com/gpu.clique"
-AGENT_MNNVL_CLIQUE = "mnnvl.clique"
-AGENT_MNNVL_STATE = "mnnvl.state"
-AGENT_MNNVL_DOMAIN = "mnnvl.domain"
+GFD_CLIQUE = names.GFD_CLIQUE
 
 
 @dataclass(frozen=True)
@@ -52,32 +50,33 @@ def make_gb200_tray(
     agent: bool = True,
     allocatable_gpus: int | None = None,
     extra_labels: Mapping[str, str] | None = None,
+    kwok: bool = True,
 ) -> dict[str, Any]:
     """A kwok GB200 compute tray (4 GPUs, arm64) in *clique*.
 
     *fabric* is the agent's ``mnnvl.state`` (``ready``, ``pending``, ``degraded``, ``none``); the
     clique labels are set only when it is ``ready`` and *clique* is given, as GFD and the agent do.
     ``gfd_clique=False`` leaves out GFD's label (an old GFD, or DRA mode without
-    ``GPU_CLIQUE_LABEL_ENABLED``), ``agent=False`` the agent's labels.
+    ``GPU_CLIQUE_LABEL_ENABLED``), ``agent=False`` the agent's labels; ``kwok=False`` builds a
+    bare Node for unit tests.
     """
     labels = dict(extra_labels or {})
     agent_labels: dict[str, str] = {}
     if agent:
-        agent_labels = {**HEALTHY_GB200_AGENT_LABELS, AGENT_MNNVL_STATE: fabric}
+        agent_labels = {**HEALTHY_GB200_AGENT_LABELS, names.AGENT_MNNVL_STATE: fabric}
     if clique is not None and fabric == "ready":
         if gfd_clique:
             labels[GFD_CLIQUE] = clique.key
         if agent:
-            agent_labels[AGENT_MNNVL_CLIQUE] = clique.key
-            agent_labels[AGENT_MNNVL_DOMAIN] = clique.cluster_uuid
+            agent_labels[names.AGENT_MNNVL_CLIQUE] = clique.key
+            agent_labels[names.AGENT_MNNVL_DOMAIN] = clique.cluster_uuid
     return make_gpu_node(
         name,
         product="NVIDIA-GB200",
-        count=4,
-        cc=(10, 0),
         agent_labels=agent_labels,
         extra_labels=labels,
         allocatable_gpus=allocatable_gpus,
+        kwok=kwok,
     )
 
 
