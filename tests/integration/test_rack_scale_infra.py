@@ -1,9 +1,11 @@
 """The rack-scale test infrastructure itself, before any operator code uses it.
 
 * The real LeaderWorkerSet controller (built from the Go module proxy, webhooks on loopback)
-  creates leader and worker pods for a hand-written LeaderWorkerSet on kwok GB200 trays, confines
-  each group to one NVLink clique with its exclusive-topology placement, and recreates the whole
-  group when one of its pods is deleted (``RecreateGroupOnPodRestart``).
+  creates leader and worker pods for a hand-written LeaderWorkerSet on kwok GB200 trays, and
+  recreates the whole group when one of its pods is deleted (``RecreateGroupOnPodRestart``).
+* Per-group pod affinity over LWS's ``group-key`` label (``matchLabelKeys``) keeps each group in
+  one NVLink clique while several groups share a clique (LWS's ``exclusive-topology`` would give
+  each group a whole clique: one DEP8 group per 18-tray NVL72 rack).
 * The ComputeDomain driver surface (CRD, DeviceClasses, per-tray ResourceSlices): the real
   kube-scheduler allocates each pod's IMEX channel claim on the tray it binds the pod to, and the
   garbage collector removes claims and templates after their owners.
@@ -24,7 +26,7 @@ from racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 RACK_LABEL = "test.deepseek-operator.io/rack-set"
 
 
@@ -45,18 +47,54 @@ def _tray_pod_spec(rack_set: str, claim_template: str | None = None) -> dict[str
     return spec
 
 
+def _group_affinity(lws: str) -> dict[str, Any]:
+    """Every pod of a group in one clique; groups spread over cliques, not exclusive.
+
+    Required: pod affinity to the pods of the SAME group (``matchLabelKeys`` adds the pod's own
+    ``group-key``, which LWS's webhook sets at creation) with the clique as topology key. Preferred:
+    anti-affinity to pods of OTHER groups (``mismatchLabelKeys``), so a new group's leader picks a
+    clique no other group uses yet when there is one.
+    """
+    same_set = {"matchLabels": {LWS_NAME_LABEL: lws}}
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": same_set,
+                    "matchLabelKeys": [GROUP_KEY_LABEL],
+                    "topologyKey": GFD_CLIQUE,
+                }
+            ]
+        },
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": same_set,
+                        "mismatchLabelKeys": [GROUP_KEY_LABEL],
+                        "topologyKey": GFD_CLIQUE,
+                    },
+                }
+            ]
+        },
+    }
+
+
 def _lws(name: str, rack_set: str, *, replicas: int, size: int) -> dict[str, Any]:
+    spec = _tray_pod_spec(rack_set)
+    spec["affinity"] = _group_affinity(name)
     return {
         "apiVersion": f"{LWS_GROUP}/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "annotations": {EXCLUSIVE_TOPOLOGY: GFD_CLIQUE}},
+        "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
             "startupPolicy": "LeaderCreated",
             "leaderWorkerTemplate": {
                 "size": size,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "workerTemplate": {"spec": _tray_pod_spec(rack_set)},
+                "workerTemplate": {"spec": spec},
             },
         },
     }
@@ -92,7 +130,7 @@ def _clique_of(cp: ControlPlane, node_name: str) -> str | None:
 
 
 @pytest.mark.e2e
-def test_lws_groups_land_in_one_clique_each_and_the_third_pends(
+def test_lws_groups_each_stay_in_one_clique_and_the_fifth_pends(
     lws_cluster: ControlPlane, namespace: str, node_factory: Callable[..., list[Any]]
 ) -> None:
     cp = lws_cluster
@@ -100,36 +138,52 @@ def test_lws_groups_land_in_one_clique_each_and_the_third_pends(
     name = "dep8"
     cp.apply(_lws(name, rack_set, replicas=2, size=2), "-n", namespace)
 
-    def two_groups_running() -> list[dict[str, Any]] | None:
-        pods = _running(_pods(cp, namespace, name))
-        return pods if len(pods) == 4 else None
+    def groups_running(count: int) -> Callable[[], list[dict[str, Any]] | None]:
+        def running() -> list[dict[str, Any]] | None:
+            pods = _running(_pods(cp, namespace, name))
+            return pods if len(pods) == 2 * count else None
 
-    pods = wait_for(two_groups_running, timeout=120, what="2 LWS groups of 2 Running pods")
+        return running
+
+    pods = wait_for(groups_running(2), timeout=120, what="2 LWS groups of 2 Running pods")
     by_name = {p["metadata"]["name"]: p for p in pods}
     # The controller's naming: leader <lws>-<group>, worker <lws>-<group>-<worker index>.
     assert sorted(by_name) == [f"{name}-0", f"{name}-0-1", f"{name}-1", f"{name}-1-1"]
     assert by_name[f"{name}-0-1"]["metadata"]["labels"][WORKER_INDEX_LABEL] == "1"
     assert by_name[f"{name}-1"]["metadata"]["labels"][GROUP_INDEX_LABEL] == "1"
-    cliques = {}
-    for group in ("0", "1"):
-        members = [p for p in pods if p["metadata"]["labels"][GROUP_INDEX_LABEL] == group]
-        group_cliques = {_clique_of(cp, p["spec"]["nodeName"]) for p in members}
-        assert len(group_cliques) == 1, f"group {group} straddles cliques {group_cliques}"
-        cliques[group] = group_cliques.pop()
-    # Exclusive placement: one group per clique, so the two groups use both racks.
-    assert {cliques["0"], cliques["1"]} == {RACK_A.key, RACK_B.key}
+    # The second group's leader preferred the clique the first group does not use.
+    assert set(_group_cliques(cp, pods).values()) == {RACK_A.key, RACK_B.key}
+
+    # Not exclusive: two more groups fit (two trays left in each clique), each in one clique.
+    cp.kubectl("scale", f"leaderworkerset/{name}", "--replicas=4", "-n", namespace)
+    pods = wait_for(groups_running(4), timeout=120, what="4 LWS groups Running")
+    cliques = _group_cliques(cp, pods)
+    assert sorted(cliques.values()) == sorted([RACK_A.key, RACK_B.key] * 2)
     assert not any(p["spec"]["nodeName"].endswith("-pending") for p in pods)
 
-    # A third group has no free clique: its leader stays Pending, unschedulable.
-    cp.kubectl("scale", f"leaderworkerset/{name}", "--replicas=3", "-n", namespace)
+    # A fifth group has no free tray in any clique (the fabric-pending tray has no clique label,
+    # so the clique affinity rules it out): its leader stays Pending, unschedulable.
+    cp.kubectl("scale", f"leaderworkerset/{name}", "--replicas=5", "-n", namespace)
 
-    def third_leader_unschedulable() -> bool:
-        pod = cp.kubectl_json("get", "pod", f"{name}-2", "-n", namespace)
+    def fifth_leader_unschedulable() -> bool:
+        pod = cp.kubectl_json("get", "pod", f"{name}-4", "-n", namespace)
         return not pod["spec"].get("nodeName") and any(
             c.get("reason") == "Unschedulable" for c in pod["status"].get("conditions", [])
         )
 
-    wait_for(third_leader_unschedulable, timeout=60, what="third LWS leader Unschedulable")
+    wait_for(fifth_leader_unschedulable, timeout=60, what="fifth LWS leader Unschedulable")
+
+
+def _group_cliques(cp: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, str | None]:
+    """The one clique of each group (asserting no group straddles two)."""
+    out: dict[str, str | None] = {}
+    groups = {p["metadata"]["labels"][GROUP_INDEX_LABEL] for p in pods}
+    for group in sorted(groups):
+        members = [p for p in pods if p["metadata"]["labels"][GROUP_INDEX_LABEL] == group]
+        cliques = {_clique_of(cp, p["spec"]["nodeName"]) for p in members}
+        assert len(cliques) == 1, f"group {group} straddles cliques {cliques}"
+        out[group] = cliques.pop()
+    return out
 
 
 @pytest.mark.e2e
