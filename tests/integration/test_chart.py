@@ -134,7 +134,7 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
     for doc in docs:
         if doc["kind"] in cluster_scoped:
             assert "namespace" not in doc["metadata"]
-        elif doc["kind"] == "KopfPeering":
+        elif doc["kind"] in ("KopfPeering", "Role", "RoleBinding"):
             assert doc["metadata"]["namespace"] in watch
         else:
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
@@ -184,12 +184,42 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
         {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
     ]
     assert one(docs, "ServiceAccount", "operator")["metadata"]["name"] == pod["serviceAccountName"]
-    for rule in role["rules"]:
+    # Watching some namespaces: the ClusterRole only reads cluster-scoped things, every write
+    # right is a Role in exactly the watched namespaces, bound to the same ServiceAccount.
+    roles = by_kind(docs, "Role")
+    cluster_resources = {r for rule in role["rules"] for r in rule["resources"]}
+    if watch:
+        assert cluster_resources == {"nodes", "customresourcedefinitions", "namespaces"}
+        assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
+        assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watch)
+        bindings = by_kind(docs, "RoleBinding")
+        assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(watch)
+        for b in bindings:
+            assert b["subjects"] == binding["subjects"]
+            assert b["roleRef"]["kind"] == "Role"
+        namespaced = {r for rule in roles[0]["rules"] for r in rule["resources"]}
+        assert {"deployments", "statefulsets", "services", "kopfpeerings"} <= namespaced
+        assert "clusterkopfpeerings" not in namespaced
+    else:
+        assert roles == [] and by_kind(docs, "RoleBinding") == []
+        assert {"deployments", "clusterkopfpeerings", "nodes"} <= cluster_resources
+    for rule in role["rules"] + [rule for r in roles for rule in r["rules"]]:
         for key in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule[key] and not any("*" in item for item in rule[key]), rule
         assert "secrets" not in rule["resources"] and "pods" not in rule["resources"]
         if "nodes" in rule["resources"]:
             assert set(rule["verbs"]) == {"get", "list", "watch"}
+
+    # The serving admission policy: the requesting user's own rights, on by default.
+    serving_policy = one(docs, "ValidatingAdmissionPolicy", "admission")
+    rights = " ".join(v["expression"] for v in serving_policy["spec"]["variables"]) + " ".join(
+        v["expression"] for v in serving_policy["spec"]["validations"]
+    )
+    for needed in ("'pods'", "'secrets'", "'configmaps'", "'persistentvolumeclaims'"):
+        assert needed in rights
+    assert one(docs, "ValidatingAdmissionPolicyBinding", "admission")["spec"][
+        "validationActions"
+    ] == ["Deny"]
 
     # Metrics Service / ServiceMonitor.
     services = by_kind(docs, "Service")
@@ -247,7 +277,11 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
 
 def test_agent_policy_can_be_left_out_only_on_purpose(helm: str) -> None:
     docs = render(helm, extra=("--set", "agent.admissionPolicy.enabled=false"))
-    assert by_kind(docs, "DaemonSet") and not by_kind(docs, "ValidatingAdmissionPolicy")
+    policies = [
+        d["metadata"]["labels"]["app.kubernetes.io/component"]
+        for d in by_kind(docs, "ValidatingAdmissionPolicy")
+    ]
+    assert by_kind(docs, "DaemonSet") and policies == ["admission"]
 
 
 def test_service_monitor_without_service_fails_with_the_fix(helm: str) -> None:
@@ -264,3 +298,24 @@ def test_service_monitor_without_service_fails_with_the_fix(helm: str) -> None:
         "metrics.service.enabled=false",
     )
     assert proc.returncode != 0 and "metrics.service.enabled=true" in proc.stderr
+
+
+def test_image_allowlist_is_a_validation_only_when_set(helm: str) -> None:
+    def image_rules(*extra: str) -> list[str]:
+        docs = render(helm, extra=extra)
+        policy = one(docs, "ValidatingAdmissionPolicy", "admission")
+        return [
+            v["expression"]
+            for v in policy["spec"]["validations"]
+            if "spec.image" in v["expression"]
+        ]
+
+    assert image_rules() == []
+    (rule,) = image_rules("--set", "servingAdmissionPolicy.allowedImagePrefixes={r.example.com/}")
+    assert '["r.example.com/"]' in rule
+    docs = render(helm, extra=("--set", "servingAdmissionPolicy.enabled=false"))
+    assert not [
+        d
+        for d in by_kind(docs, "ValidatingAdmissionPolicy")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "admission"
+    ]

@@ -10,7 +10,12 @@ import yaml
 
 from deepseek_operator.api.crd import build_crd, crd_yaml
 from deepseek_operator.api.load import parse_serving, parse_spec
-from deepseek_operator.api.rules import SPEC_RULES, VLLM_MEGA_MOE_REQUIRES_EP
+from deepseek_operator.api.rules import (
+    OWNED_FLAGS,
+    SPEC_RULES,
+    UNOWNED_PREFIX_FLAGS,
+    VLLM_MEGA_MOE_REQUIRES_EP,
+)
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import CRD_FILENAME
 
@@ -83,6 +88,7 @@ def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
         "spec": spec,
         "spec.parallelism": spec["properties"]["parallelism"],
         "spec.engine": spec["properties"]["engine"],
+        "spec.model": spec["properties"]["model"],
     }
     attached = sorted(
         (scope, v["rule"], v["message"], v.get("fieldPath"))
@@ -177,3 +183,33 @@ def test_refusal_quotes_the_backend_as_the_user_wrote_it() -> None:
         parse_spec({"model": {"name": "m"}, "image": "img", "moeBackend": "Deep-Gemm-Mega-MoE"})
     assert err.value.value == "Deep-Gemm-Mega-MoE"
     assert err.value.field_path == "spec.moeBackend"
+
+
+def _prefixes(flag: str) -> list[str]:
+    return [flag[:i] for i in range(1, len(flag) + 1)]
+
+
+@pytest.mark.parametrize(
+    "flag", [f for f in OWNED_FLAGS if "." not in f], ids=lambda f: f"every prefix of {f}"
+)
+def test_every_abbreviation_of_an_owned_flag_is_refused_in_extra_args(flag: str) -> None:
+    # argparse expands any unambiguous prefix; vLLM also reads '_' as '-'. A prefix that is a
+    # vLLM flag in its own right (e.g. --tokenizer) is that flag, not an abbreviation.
+    for prefix in _prefixes(flag):
+        if prefix in UNOWNED_PREFIX_FLAGS:
+            continue
+        spellings = {prefix, f"{prefix}=8"}
+        if prefix.startswith("--"):
+            spellings.add("--" + prefix[2:].replace("-", "_"))
+        for arg in sorted(spellings):
+            spec = {"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": [arg]}}
+            with pytest.raises(SpecError, match="extraArgs must not set a flag"):
+                parse_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "arg",
+    ["--language-model-only", "--tokenizer=deepseek-ai/x", '--kernel-config={"a":1}', "-1", "x"],
+)
+def test_flags_of_their_own_pass_extra_args(arg: str) -> None:
+    parse_spec({"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": [arg]}})

@@ -52,3 +52,43 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "deepseek-operator.agentServiceAccountName" -}}
 {{- default (printf "%s-agent" (include "deepseek-operator.fullname" .)) .Values.agent.serviceAccount.name -}}
 {{- end -}}
+
+{{/* The operator's cluster-scoped reads: needed whatever namespaces it watches. */}}
+{{- define "deepseek-operator.clusterRules" -}}
+# GPU facts (GFD and agent labels): read only.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+# kopf scans CRDs to resolve the resources it serves.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}
+
+{{/* The operator's rights inside a namespace it serves (a Role there, or the ClusterRole). */}}
+{{- define "deepseek-operator.namespacedRules" -}}
+# The primary resource: kopf watches it and patches its own annotations/finalizers.
+- apiGroups: ["serving.deepseek-operator.io"]
+  resources: ["deepseekservings"]
+  verbs: ["get", "list", "watch", "patch"]
+# Status is only ever merge-patched (controller/kube.py), never read or replaced on its own.
+- apiGroups: ["serving.deepseek-operator.io"]
+  resources: ["deepseekservings/status"]
+  verbs: ["patch"]
+# The rendered children, written by server-side apply (patch) and watched for drift.
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Events on DeepSeekServings: kopf.event() POSTs core/v1 Events (never events.k8s.io, never
+# patches them).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# kopf peering (HA) in namespaced mode: a KopfPeering per watched namespace.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end -}}

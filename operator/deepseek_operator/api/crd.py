@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from deepseek_operator.api.rules import rules_for_scope
+from deepseek_operator.api.rules import NAME_RULE, rules_for_scope
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.names import (
@@ -133,6 +133,7 @@ def _attach_rules(spec_schema: dict[str, Any]) -> None:
         "spec": spec_schema,
         "spec.parallelism": spec_schema["properties"]["parallelism"],
         "spec.engine": spec_schema["properties"]["engine"],
+        "spec.model": spec_schema["properties"]["model"],
     }
     for scope, node in targets.items():
         rules = rules_for_scope(scope)
@@ -160,6 +161,13 @@ def build_crd() -> dict[str, Any]:
         "description": "DeepSeekServing serves a DeepSeek V4/V4.1 checkpoint with vLLM and "
         "chooses the MoE backend from the GPUs of the cluster's nodes.",
         "required": ["spec"],
+        "x-kubernetes-validations": [
+            {
+                "rule": NAME_RULE.cel,
+                "message": NAME_RULE.message,
+                "reason": "FieldValueInvalid",
+            }
+        ],
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},

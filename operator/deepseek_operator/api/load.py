@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from deepseek_operator.api.admission import admit
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import API_VERSION, KIND
@@ -77,11 +78,10 @@ def parse_serving(obj: Any) -> ServingObject:
         raise SpecError("kind", obj.get("kind"), f"must be {KIND}")
     if obj.get("apiVersion") != API_VERSION:
         raise SpecError("apiVersion", obj.get("apiVersion"), f"must be {API_VERSION}")
-    meta = obj.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise SpecError("metadata.name", name, "Required value")
-    spec = parse_spec(obj.get("spec"))
+    admitted = admit(obj)
+    meta = admitted["metadata"]
+    name = meta["name"]
+    spec = parse_spec(admitted["spec"])
     return ServingObject(
         name=name,
         namespace=str(meta.get("namespace") or "default"),

@@ -28,6 +28,20 @@ VLLM_MEGA_MOE_REQUIRES_EP = (
     "--enable-expert-parallel, or pick a different moe backend."
 )
 
+# Bounds (issue 11). Kubernetes keeps replica counts in int32 and vLLM its sizes in C ints; the
+# bounds below keep every number, and every product the operator computes from them (GPUs per
+# pod, pods per serving, EP size), far from any overflow, and cap how many objects one
+# DeepSeekServing can make the operator create (a Service and a StatefulSet per pod at most).
+INT32_MAX = 2**31 - 1
+MAX_REPLICAS = 1024
+MAX_PARALLEL_SIZE = 1024
+MAX_GPUS_PER_REPLICA = 16384
+MAX_PODS_PER_SERVING = 1024
+# Longest metadata.name: the deepest child name is the StatefulSet ``<name>-r<replica>-n<rank>``
+# (12 more characters at 1,024 pods), whose ``controller-revision-hash`` label value adds 11 more
+# and must stay a 63-character label value.
+MAX_NAME_LENGTH = 40
+
 # Flags the operator renders from typed fields; setting them again in extraArgs would make the
 # last one win inside vLLM's argparse and silently undo the decision.
 OWNED_FLAGS: tuple[str, ...] = (
@@ -153,14 +167,41 @@ def _no_gpu_in_resources(spec: DeepSeekServingSpec) -> bool:
     return spec.gpu_resource_name not in r.limits and spec.gpu_resource_name not in r.requests
 
 
+# vLLM flags that exist in their own right although an owned flag starts with them: used exactly,
+# they are not an abbreviation of the owned one.
+UNOWNED_PREFIX_FLAGS: tuple[str, ...] = ("--tokenizer", "--kernel-config")
+# Owned flags argparse would expand an abbreviation to (dotted JSON keys are matched below).
+_ABBREVIABLE = tuple(f for f in OWNED_FLAGS if "." not in f)
+
+
+_CEL_KEY = "a.split('=')[0].replace('_', '-')"
+
+
 def _flag_name(arg: str) -> str:
     # vLLM's parser treats '_' and '-' in flag names alike.
     return arg.split("=")[0].replace("_", "-")
 
 
 def _owns(arg: str) -> bool:
+    """Whether vLLM's parser would read ``arg`` as (part of) a flag the operator renders.
+
+    argparse expands any unambiguous prefix of a long flag (``--trust-remote`` is
+    ``--trust-remote-code``), reads ``-n4`` as ``-n 4``, and vLLM accepts ``_`` for ``-`` and
+    JSON flags in dotted form; a JSON value may hide a key behind a ``\\u`` escape.
+    """
+    key = _flag_name(arg)
+    if key in OWNED_FLAGS:
+        return True
+    if arg.startswith("-") and not arg.startswith("--") and key[:2] in OWNED_FLAGS:
+        return True
+    if (
+        arg.startswith("-")
+        and key not in UNOWNED_PREFIX_FLAGS
+        and any(f.startswith(key) for f in _ABBREVIABLE)
+    ):
+        return True
     # Any mention of moe_backend (e.g. --kernel-config moe_backend=...) would override too.
-    return _flag_name(arg) in OWNED_FLAGS or "moe_backend" in arg or "moe-backend" in arg
+    return "moe_backend" in arg or "moe-backend" in arg or "\\u" in arg
 
 
 def _no_owned_flags(spec: DeepSeekServingSpec) -> bool:
@@ -171,7 +212,7 @@ def _first_owned_flag(spec: DeepSeekServingSpec) -> str:
     return next((a for a in spec.engine.extra_args if _owns(a)), "")
 
 
-SPEC_RULES: tuple[SpecRule, ...] = (
+_CROSS_FIELD_RULES: tuple[SpecRule, ...] = (
     SpecRule(
         name="KnownMoEBackend",
         scope="spec",
@@ -277,16 +318,159 @@ SPEC_RULES: tuple[SpecRule, ...] = (
         field_path=".extraArgs",
         cel=(
             "!has(self.extraArgs) || self.extraArgs.all(a, "
-            f"!(a.split('=')[0].replace('_', '-') in {_cel_set(OWNED_FLAGS)}) && "
-            "!a.contains('moe_backend') && !a.contains('moe-backend'))"
+            f"!({_CEL_KEY} in {_cel_set(OWNED_FLAGS)}) && "
+            "!(a.startsWith('-') && !a.startsWith('--') && size(a) >= 2 && "
+            f"a.substring(0, 2) in {_cel_set(OWNED_FLAGS)}) && "
+            f"!(a.startsWith('-') && !({_CEL_KEY} in {_cel_set(UNOWNED_PREFIX_FLAGS)}) && "
+            f"{_cel_list(_ABBREVIABLE)}.exists(f, f.startsWith({_CEL_KEY}))) && "
+            "!a.contains('moe_backend') && !a.contains('moe-backend') && !a.contains('\\\\u'))"
         ),
         message=(
             "spec.engine.extraArgs must not set a flag the operator renders from a typed field "
             "(--moe-backend, parallelism, speculative decoding, ports and the typed engine "
-            "flags); set the typed field instead"
+            "flags), in any spelling vLLM's parser accepts (an abbreviation, '_' for '-', a "
+            "dotted or \\u-escaped JSON key); set the typed field instead"
         ),
         holds=_no_owned_flags,
         value=_first_owned_flag,
+    ),
+)
+
+
+def _or_one(path: str) -> str:
+    """CEL for an optional size field read as its default 1 when unset."""
+    *parent, leaf = path.split(".")
+    owner = ".".join(["self", *parent])
+    guard = " && ".join(f"has({'.'.join(['self', *parent[: i + 1]])})" for i in range(len(parent)))
+    test = f"{guard} && has({owner}.{leaf})" if guard else f"has({owner}.{leaf})"
+    return f"({test} ? {owner}.{leaf} : 1)"
+
+
+def _gpus_per_replica(spec: DeepSeekServingSpec) -> int:
+    p = spec.parallelism
+    return (
+        p.tensor_parallel_size
+        * p.pipeline_parallel_size
+        * p.data_parallel_size
+        * p.prefill_context_parallel_size
+    )
+
+
+def _pods_per_serving(spec: DeepSeekServingSpec) -> int:
+    p = spec.parallelism
+    return spec.replicas * (p.data_parallel_size // p.dp_local)
+
+
+_DP = _or_one("parallelism.dataParallelSize")
+_DP_LOCAL = (
+    "(has(self.parallelism) && has(self.parallelism.dataParallelSizeLocal) ? "
+    f"self.parallelism.dataParallelSizeLocal : {_DP})"
+)
+
+BOUND_RULES: tuple[SpecRule, ...] = (
+    SpecRule(
+        name="GPUsPerReplicaBounded",
+        scope="spec.parallelism",
+        field_path=".dataParallelSize",
+        cel=(
+            " * ".join(
+                _or_one(f)
+                for f in (
+                    "tensorParallelSize",
+                    "pipelineParallelSize",
+                    "dataParallelSize",
+                    "prefillContextParallelSize",
+                )
+            )
+            + f" <= {MAX_GPUS_PER_REPLICA}"
+        ),
+        message=(
+            "spec.parallelism: tensorParallelSize x pipelineParallelSize x dataParallelSize x "
+            f"prefillContextParallelSize (GPUs per replica) must be at most {MAX_GPUS_PER_REPLICA}"
+        ),
+        holds=lambda s: _gpus_per_replica(s) <= MAX_GPUS_PER_REPLICA,
+        value=_gpus_per_replica,
+    ),
+    SpecRule(
+        name="PodsPerServingBounded",
+        scope="spec",
+        field_path=".replicas",
+        cel=(f"{_or_one('replicas')} * ({_DP} / {_DP_LOCAL}) <= {MAX_PODS_PER_SERVING}"),
+        message=(
+            "spec.replicas x (spec.parallelism.dataParallelSize / dataParallelSizeLocal) (pods "
+            f"of this DeepSeekServing) must be at most {MAX_PODS_PER_SERVING}"
+        ),
+        holds=lambda s: _pods_per_serving(s) <= MAX_PODS_PER_SERVING,
+        value=_pods_per_serving,
+    ),
+)
+
+# String fields rendered as the value of a vLLM flag (or, for model.name, as the positional model
+# argument): a leading '-' would make vLLM's parser read the value as a flag of its own.
+_FLAG_VALUE_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("spec.model", "name", "name"),
+    ("spec.model", "revision", "revision"),
+    ("spec.model", "servedModelName", "served_model_name"),
+    ("spec.engine", "kvCacheDtype", "kv_cache_dtype"),
+    ("spec.engine", "tokenizerMode", "tokenizer_mode"),
+    ("spec.engine", "reasoningParser", "reasoning_parser"),
+    ("spec.engine", "toolCallParser", "tool_call_parser"),
+)
+
+
+def _field_value(spec: DeepSeekServingSpec, scope: str, attr: str) -> Any:
+    section = spec.model if scope == "spec.model" else spec.engine
+    return getattr(section, attr)
+
+
+def _no_leading_dash(scope: str, attr: str) -> Callable[[DeepSeekServingSpec], bool]:
+    def holds(spec: DeepSeekServingSpec) -> bool:
+        value = _field_value(spec, scope, attr)
+        return value is None or not value.startswith("-")
+
+    return holds
+
+
+def _value_of(scope: str, attr: str) -> Callable[[DeepSeekServingSpec], Any]:
+    return lambda spec: _field_value(spec, scope, attr)
+
+
+DASH_RULES: tuple[SpecRule, ...] = tuple(
+    SpecRule(
+        name=f"{field[0].upper()}{field[1:]}IsNotAFlag",
+        scope=scope,
+        field_path=f".{field}",
+        cel=f"!has(self.{field}) || !self.{field}.startsWith('-')",
+        message=(
+            f"{scope}.{field} must not start with '-': vLLM would read it as a command-line flag"
+        ),
+        holds=_no_leading_dash(scope, attr),
+        value=_value_of(scope, attr),
+    )
+    for scope, field, attr in _FLAG_VALUE_FIELDS
+)
+
+SPEC_RULES = _CROSS_FIELD_RULES + BOUND_RULES + DASH_RULES
+"""Every static rule, in the order they are checked."""
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """The rule on ``metadata.name``: CEL on the CRD's root (run offline by api/admission.py)."""
+
+    cel: str
+    message: str
+
+
+NAME_RULE = NameRule(
+    cel=(
+        f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && "
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+    ),
+    message=(
+        "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting "
+        f"with a letter and ending with a letter or digit) of at most {MAX_NAME_LENGTH} "
+        "characters: the operator names Services and StatefulSets after it"
     ),
 )
 

@@ -23,7 +23,12 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from deepseek_operator.api.backends import normalize_backend
-from deepseek_operator.api.rules import SPEC_RULES
+from deepseek_operator.api.rules import (
+    INT32_MAX,
+    MAX_PARALLEL_SIZE,
+    MAX_REPLICAS,
+    SPEC_RULES,
+)
 from deepseek_operator.errors import SpecError
 
 
@@ -42,53 +47,53 @@ class ApiModel(BaseModel):
 class ModelSpec(ApiModel):
     """The checkpoint to serve and the facts about it that decide the MoE backend."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=1024)
     """Hugging Face model id (e.g. deepseek-ai/DeepSeek-V4.1-Flash) or a path inside the image or the model-cache volume. Known names fill the facts below from the built-in catalog."""
 
-    revision: str | None = None
+    revision: str | None = Field(default=None, max_length=256)
     """Model revision (a commit hash, branch or tag) passed as --revision."""
 
-    served_model_name: str | None = None
+    served_model_name: str | None = Field(default=None, max_length=256)
     """Name clients use in API requests (--served-model-name); defaults to the model name."""
 
-    architecture: str | None = None
+    architecture: str | None = Field(default=None, max_length=256)
     """HF architecture, e.g. DeepseekV41ForCausalLM. Required for checkpoints the catalog does not know; overrides the catalog when set."""
 
     expert_dtype: Literal["fp4", "fp8"] | None = None
     """Data type of the routed experts: fp4 (MXFP4, MegaMoE-capable) or fp8."""
 
-    scoring_func: str | None = None
+    scoring_func: str | None = Field(default=None, max_length=64)
     """Router scoring function from the HF config; MegaMoE needs sqrtsoftplus."""
 
-    hidden_size: int | None = Field(default=None, ge=1)
+    hidden_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Model hidden size; MegaMoE needs a multiple of 128."""
 
-    moe_intermediate_size: int | None = Field(default=None, ge=1)
+    moe_intermediate_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Per-expert intermediate size; MegaMoE needs a multiple of 128."""
 
-    num_routed_experts: int | None = Field(default=None, ge=1)
+    num_routed_experts: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Number of routed experts (n_routed_experts); must be divisible by the expert-parallel size for MegaMoE."""
 
-    vram_minimum_gb: int | None = Field(default=None, ge=0)
+    vram_minimum_gb: int | None = Field(default=None, ge=0, le=INT32_MAX)
     """GPU memory one serving replica needs in total, in GB (10^9 bytes): the vLLM recipe's vram_minimum_gb (614 for V4.1-Flash). Pods go only to nodes whose GPUs hold it; 0 turns the check off. Filled from the catalog for known checkpoints."""
 
-    num_draft_routed_experts: int | None = Field(default=None, ge=1)
+    num_draft_routed_experts: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Routed experts of the speculative draft layers (128 for V4.1's DSpark); must also be divisible by the expert-parallel size when speculative decoding is on."""
 
 
 class ParallelismSpec(ApiModel):
     """How vLLM shards the model; each field maps to one vLLM flag."""
 
-    tensor_parallel_size: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_PARALLEL_SIZE)
     """--tensor-parallel-size: GPUs each attention layer is split across."""
 
-    pipeline_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=MAX_PARALLEL_SIZE)
     """--pipeline-parallel-size: pipeline stages."""
 
-    data_parallel_size: int = Field(default=1, ge=1)
+    data_parallel_size: int = Field(default=1, ge=1, le=MAX_PARALLEL_SIZE)
     """--data-parallel-size: data-parallel ranks in one serving replica."""
 
-    data_parallel_size_local: int | None = Field(default=None, ge=1)
+    data_parallel_size_local: int | None = Field(default=None, ge=1, le=MAX_PARALLEL_SIZE)
     """--data-parallel-size-local: DP ranks per pod. Defaults to dataParallelSize (one pod per replica); smaller values spread a replica over several pods ("remote DP")."""
 
     expert_parallel: bool = False
@@ -97,10 +102,10 @@ class ParallelismSpec(ApiModel):
     enable_eplb: bool = False
     """--enable-eplb: expert-parallel load balancing (not supported by the FlashInfer moe_ep backends)."""
 
-    decode_context_parallel_size: int = Field(default=1, ge=1)
+    decode_context_parallel_size: int = Field(default=1, ge=1, le=MAX_PARALLEL_SIZE)
     """--decode-context-parallel-size; must divide tensorParallelSize."""
 
-    prefill_context_parallel_size: int = Field(default=1, ge=1)
+    prefill_context_parallel_size: int = Field(default=1, ge=1, le=MAX_PARALLEL_SIZE)
     """--prefill-context-parallel-size."""
 
     distributed_executor_backend: Literal["mp", "ray"] = "mp"
@@ -115,16 +120,16 @@ class ParallelismSpec(ApiModel):
 class EngineSpec(ApiModel):
     """Typed common vLLM engine flags; each maps to exactly one flag."""
 
-    max_model_len: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """--max-model-len: maximum context length."""
 
-    kv_cache_dtype: str | None = None
+    kv_cache_dtype: str | None = Field(default=None, max_length=64)
     """--kv-cache-dtype, e.g. fp8."""
 
-    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """--max-num-seqs: concurrent sequences per engine."""
 
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """--max-num-batched-tokens: tokens per scheduler step (also sizes MegaMoE's symmetric buffer)."""
 
     enable_prefix_caching: bool | None = None
@@ -133,19 +138,19 @@ class EngineSpec(ApiModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     """--gpu-memory-utilization: fraction of each GPU's memory vLLM may use."""
 
-    block_size: int | None = Field(default=None, ge=1)
+    block_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """--block-size: KV-cache block size in tokens."""
 
     trust_remote_code: bool = False
     """--trust-remote-code."""
 
-    tokenizer_mode: str | None = None
+    tokenizer_mode: str | None = Field(default=None, max_length=64)
     """--tokenizer-mode, e.g. deepseek_v41."""
 
-    reasoning_parser: str | None = None
+    reasoning_parser: str | None = Field(default=None, max_length=64)
     """--reasoning-parser, e.g. deepseek_v41."""
 
-    tool_call_parser: str | None = None
+    tool_call_parser: str | None = Field(default=None, max_length=64)
     """--tool-call-parser, e.g. deepseek_v41; also turns on --enable-auto-tool-choice."""
 
     speculative_config: dict[str, Any] | None = None
@@ -154,7 +159,7 @@ class EngineSpec(ApiModel):
     enable_dbo: bool = False
     """--enable-dbo: dual-batch overlap (microbatching)."""
 
-    ubatch_size: int = Field(default=0, ge=0)
+    ubatch_size: int = Field(default=0, ge=0, le=INT32_MAX)
     """--ubatch-size: microbatch count; values above 1 turn microbatching on."""
 
     extra_args: list[Annotated[str, Field(max_length=512)]] = Field(
@@ -192,10 +197,10 @@ class DeepSeekServingSpec(ApiModel):
     model: ModelSpec
     """The checkpoint and its backend-deciding facts."""
 
-    image: str = Field(min_length=1)
+    image: str = Field(min_length=1, max_length=1024)
     """vLLM container image, e.g. vllm/vllm-openai:deepseekv41-flash-0909."""
 
-    replicas: int = Field(default=1, ge=0)
+    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     """Independent serving replicas, each one expert-parallel group."""
 
     moe_backend: str = Field(default="auto", min_length=1, max_length=64)
@@ -209,16 +214,16 @@ class DeepSeekServingSpec(ApiModel):
     engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
     """Typed vLLM engine flags."""
 
-    env: list[dict[str, Any]] = Field(default_factory=list)
+    env: list[dict[str, Any]] = Field(default_factory=list, max_length=256)
     """core/v1 EnvVar list passed to the vLLM container (VLLM_USE_DEEP_GEMM=0 disables automatic MegaMoE)."""
 
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     """CPU/memory requests and limits of the vLLM container."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
     """Restricts the candidate node pool; the operator adds its own affinity on top."""
 
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
     """core/v1 Tolerations for the serving pods (GPU nodes are often tainted)."""
 
     gpu_resource_name: str = Field(default="nvidia.com/gpu", min_length=1, max_length=253)

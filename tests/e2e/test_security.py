@@ -1,0 +1,401 @@
+"""What a user, and the operator's own ServiceAccount, can and cannot make happen (issue 11).
+
+* The chart's serving admission policy asks the API server's authorizer about the REQUESTING
+  user: a user allowed to create DeepSeekServings but not pods, not the workload kind, not the
+  Secret its env reads or the PVC it mounts is refused with a message naming the missing right;
+  once granted each right, the same user is admitted; metadata-only updates are not checked; an
+  image outside ``servingAdmissionPolicy.allowedImagePrefixes`` is refused. Users are real API
+  server identities (admin impersonation, ``kubectl --as``), authorized by real RBAC.
+* A namespaced install (``operator.watchNamespaces``): the operator, run with the chart's
+  arguments and a token of the chart's own ServiceAccount, serves its watched namespace without a
+  single refusal, and that ServiceAccount can write no Deployment, StatefulSet or Service in
+  ``kube-system`` (nor in any other namespace).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import subprocess
+import uuid
+from typing import Any
+
+import pytest
+import yaml
+
+from k8s.cluster import HEALTHY_GB200_AGENT_LABELS, ControlPlane, make_gpu_node, wait_for
+from k8s.operator import OperatorProcess
+
+pytestmark = pytest.mark.e2e
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "deepseek-operator"
+SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
+GROUP = "serving.deepseek-operator.io"
+
+
+def helm(cp: ControlPlane, *args: str) -> str:
+    proc = subprocess.run(
+        [str(cp.bin_dir / "helm"), *args],
+        capture_output=True,
+        text=True,
+        env=cp.env,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def serving(namespace: str, name: str = "dsv41", **spec: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(SEED)
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"].pop("tolerations", None)
+    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    doc["spec"].update(spec)
+    return doc
+
+
+def grant(cp: ControlPlane, namespace: str, user: str, name: str, rules: list[Any]) -> None:
+    """A Role with ``rules`` bound to ``user`` in ``namespace``."""
+    cp.apply(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": name, "namespace": namespace},
+                "rules": rules,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                ],
+            },
+        ]
+    )
+
+
+def create_as(cp: ControlPlane, user: str, doc: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``kubectl create --dry-run=server`` as ``user``: admission runs, nothing is stored."""
+    return cp.kubectl(
+        "create", "--dry-run=server", f"--as={user}", "-f", "-", input=doc, check=False
+    )
+
+
+def install_policy(cp: ControlPlane, release: str, *sets: str) -> list[dict[str, Any]]:
+    out = helm(
+        cp,
+        "template",
+        release,
+        str(CHART),
+        "--show-only",
+        "templates/serving-admission-policy.yaml",
+        *[arg for s in sets for arg in ("--set", s)],
+    )
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    cp.apply(docs)
+    return docs
+
+
+def remove(cp: ControlPlane, docs: list[dict[str, Any]]) -> None:
+    for d in docs:
+        cp.kubectl(
+            "delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found", check=False
+        )
+
+
+def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_user(
+    crds: ControlPlane, namespace: str
+) -> None:
+    cp = crds
+    user = f"alice-{uuid.uuid4().hex[:6]}"
+    release = f"sec-{uuid.uuid4().hex[:5]}"
+    # Alice may create and edit DeepSeekServings, nothing else.
+    grant(
+        cp,
+        namespace,
+        user,
+        "dss-editor",
+        [
+            {
+                "apiGroups": [GROUP],
+                "resources": ["deepseekservings"],
+                "verbs": ["get", "list", "create", "patch", "update"],
+            }
+        ],
+    )
+    doc = serving(
+        namespace,
+        env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "t"}}}],
+        modelCache={"claimName": "weights"},
+    )
+    # Without the policy the API server admits it: the operator would then create the pods,
+    # read the Secret and mount the PVC on alice's behalf.
+    assert create_as(cp, user, doc).returncode == 0
+    docs = install_policy(cp, release)
+    policy = docs[0]["metadata"]["name"]
+    try:
+
+        def refused() -> str | None:
+            proc = create_as(cp, user, doc)
+            return proc.stderr if proc.returncode != 0 and policy in proc.stderr else None
+
+        first = wait_for(refused, timeout=30, what="the serving admission policy to take effect")
+        assert f"spec: {user} may not create pods in namespace {namespace}" in first, first
+
+        grant(
+            cp,
+            namespace,
+            user,
+            "pods",
+            [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
+        )
+        err = create_as(cp, user, doc).stderr
+        assert f"{user} may not create deployments.apps in namespace {namespace}" in err, err
+        # A replica spanning pods needs statefulsets instead.
+        multi = serving(
+            namespace,
+            parallelism={"dataParallelSize": 2, "dataParallelSizeLocal": 1},
+        )
+        err = create_as(cp, user, multi).stderr
+        assert f"{user} may not create statefulsets.apps in namespace {namespace}" in err, err
+
+        grant(
+            cp,
+            namespace,
+            user,
+            "workloads",
+            [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}],
+        )
+        err = create_as(cp, user, doc).stderr
+        assert (
+            f"spec.env: {user} may not get every Secret it references (hf-token) in namespace {namespace}"
+            in err
+        )
+        # Rights on another Secret do not count: the check names the referenced one.
+        grant(
+            cp,
+            namespace,
+            user,
+            "other-secret",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": ["other"],
+                    "verbs": ["get"],
+                }
+            ],
+        )
+        assert (
+            "may not get every Secret it references (hf-token)" in create_as(cp, user, doc).stderr
+        )
+        grant(
+            cp,
+            namespace,
+            user,
+            "hf-token",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": ["hf-token"],
+                    "verbs": ["get"],
+                }
+            ],
+        )
+        err = create_as(cp, user, doc).stderr
+        assert (
+            f"spec.modelCache.claimName: {user} may not get PersistentVolumeClaim weights" in err
+        ), err
+        cm = serving(
+            namespace,
+            env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}],
+        )
+        assert "may not get every ConfigMap it references (cfg)" in create_as(cp, user, cm).stderr
+
+        grant(
+            cp,
+            namespace,
+            user,
+            "weights",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["persistentvolumeclaims"],
+                    "resourceNames": ["weights"],
+                    "verbs": ["get"],
+                }
+            ],
+        )
+        # Every right the workload implies: admitted.
+        admitted = create_as(cp, user, doc)
+        assert admitted.returncode == 0, admitted.stderr
+
+        # Metadata-only updates are not checked; spec changes are.
+        cp.apply(serving(namespace, name="owned"))  # created by the admin
+        labelled = cp.kubectl(
+            "label", "dss", "owned", "-n", namespace, "team=a", f"--as={user}", check=False
+        )
+        assert labelled.returncode == 0, labelled.stderr
+        cp.kubectl("delete", "rolebinding", "pods", "-n", namespace)
+
+        def spec_refused() -> str | None:
+            proc = cp.kubectl(
+                "patch", "dss", "owned", "-n", namespace, "--type=merge",
+                "-p", json.dumps({"spec": {"replicas": 2}}), f"--as={user}", check=False,
+            )  # fmt: skip
+            return proc.stderr if proc.returncode != 0 else None
+
+        err = wait_for(spec_refused, timeout=30, what="the revoked pods right to count")
+        assert f"{user} may not create pods" in err, err
+    finally:
+        remove(cp, docs)
+
+    # The optional image allowlist.
+    docs = install_policy(
+        cp, release, "servingAdmissionPolicy.allowedImagePrefixes={registry.example.com/vllm/}"
+    )
+    try:
+
+        def image_refused() -> str | None:
+            proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=doc, check=False)
+            return proc.stderr if proc.returncode != 0 else None
+
+        err = wait_for(image_refused, timeout=30, what="the image allowlist to take effect")
+        assert "spec.image: vllm/vllm-openai:" in err and "registry.example.com/vllm/" in err
+        allowed = copy.deepcopy(doc)
+        allowed["spec"]["image"] = "registry.example.com/vllm/vllm-openai:v0.20"
+        proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=allowed, check=False)
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        remove(cp, docs)
+
+
+def gb200(name: str, pool: str) -> dict[str, Any]:
+    return make_gpu_node(
+        name,
+        "NVIDIA-GB200",
+        4,
+        (10, 0),
+        agent_labels=HEALTHY_GB200_AGENT_LABELS,
+        extra_labels={"pool": pool},
+    )
+
+
+def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_system(
+    full_cluster: ControlPlane, namespace: str, node_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    cp = full_cluster
+    served = cp.create_namespace(f"{namespace[:50]}-llm")
+    release = f"dso-{uuid.uuid4().hex[:5]}"
+    try:
+        helm(
+            cp,
+            "install",
+            release,
+            str(CHART),
+            "-n",
+            namespace,
+            "--set",
+            f"operator.watchNamespaces={{{served}}}",
+            "--set",
+            f"operator.peering.name={release}-peering",
+        )
+        manifest = [
+            d
+            for d in yaml.safe_load_all(helm(cp, "get", "manifest", release, "-n", namespace))
+            if d
+        ]
+        deploy = next(
+            d
+            for d in manifest
+            if d["kind"] == "Deployment"
+            and d["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+        )
+        pod_spec = deploy["spec"]["template"]["spec"]
+        sa = pod_spec["serviceAccountName"]
+        args = pod_spec["containers"][0]["args"]
+        assert f"--namespace={served}" in args
+        who = f"system:serviceaccount:{namespace}:{sa}"
+
+        def can(*check: str) -> bool:
+            proc = cp.kubectl("auth", "can-i", *check, f"--as={who}", check=False)
+            return proc.stdout.strip() == "yes"
+
+        for verb, resource in (
+            ("create", "deployments.apps"),
+            ("patch", "statefulsets.apps"),
+            ("create", "services"),
+            ("delete", "deployments.apps"),
+        ):
+            assert can(verb, resource, "-n", served)
+            assert not can(verb, resource, "-n", "kube-system")
+            assert not can(verb, resource, "-n", "default")
+        assert can("list", "nodes") and not can("patch", "nodes")
+        assert not can("list", "deployments.apps", "--all-namespaces")
+        assert not can("get", "secrets", "-n", served)
+
+        # The same, as the ServiceAccount itself: the API server refuses the write.
+        token = cp.create_token(namespace, sa)
+        kubeconfig = cp.kubeconfig_for_token(token, tmp_path / "kubeconfig", user="chart-operator")
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "dso-probe", "namespace": "kube-system"},
+            "spec": {"ports": [{"port": 80}]},
+        }
+        denied = subprocess.run(
+            [str(cp.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", "create", "-f", "-"],
+            input=json.dumps(probe),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert denied.returncode != 0 and "forbidden" in denied.stderr.lower(), denied
+
+        # The operator on exactly these rights serves the watched namespace, never refused.
+        node_factory(gb200(f"{served[:50]}-gb0", served))
+        op = OperatorProcess(cp, tmp_path, kubeconfig=kubeconfig, extra=args[1:]).start()
+        try:
+            cp.apply(serving(served, nodeSelector={"pool": served}))
+
+            def resolved() -> dict[str, Any] | None:
+                obj = dict(cp.kubectl_json("get", "dss", "dsv41", "-n", served))
+                conditions = (obj.get("status") or {}).get("conditions", [])
+                done = any(
+                    c["type"] == "BackendResolved" and c["status"] == "True" for c in conditions
+                )
+                return obj if done else None
+
+            wait_for(resolved, timeout=120, what=f"BackendResolved=True on {served}/dsv41")
+            wait_for(
+                lambda: (
+                    cp.kubectl("get", "deployment", "dsv41", "-n", served, check=False).returncode
+                    == 0
+                ),
+                timeout=60,
+                what="the Deployment in the watched namespace",
+            )
+            log = op.log_path.read_text(errors="replace")
+            refused = [
+                line
+                for line in log.splitlines()
+                if ("403" in line or "forbidden" in line.lower())
+                and "NamespaceTerminating" not in line
+            ]
+            assert not refused, "the namespaced RBAC refused the operator:\n" + "\n".join(
+                refused[:10]
+            )
+            assert "Traceback" not in log, op.logs()
+        finally:
+            op.stop()
+    finally:
+        helm(cp, "uninstall", release, "-n", namespace, "--wait", "--timeout=60s")
+        cp.delete_namespace(served)
