@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, event, given, settings
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from deepseek_operator.names import GROUP, PLURAL, VERSION
-from deepseek_operator.errors import SpecError
 from deepseek_operator.api.load import parse_serving
+from deepseek_operator.errors import SpecError
+from deepseek_operator.names import GROUP, PLURAL, VERSION
 from hostile_specs import hostile
 from k8s.cluster import ControlPlane
 

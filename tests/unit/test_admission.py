@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from deepseek_operator.errors import SpecError
 from deepseek_operator.api.load import parse_serving
+from deepseek_operator.errors import SpecError
 from hostile_specs import SEED, hostile
 
 
