@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import HEALTHY_GB200_AGENT_LABELS, ControlPlane, make_gpu_node, wait_for
+from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from k8s.cluster import ControlPlane, wait_for
 from k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
