@@ -76,7 +76,13 @@ def flashinfer_moe_ep_capabilities() -> list[list[int]] | None:
     try:
         from vllm.model_executor.layers.fused_moe import flashinfer_moe_ep
     except ImportError:
-        return None
+        # Older releases: a constant beside the config-time validator.
+        try:
+            from vllm.utils import flashinfer_moe_ep as legacy
+        except ImportError:
+            return None
+        constant = getattr(legacy, "FI_MOE_EP_SUPPORTED_CAPABILITIES", None)
+        return None if constant is None else sorted([list(cc) for cc in constant])
     supports = getattr(flashinfer_moe_ep, "supports_current_device", None)
     if supports is None:
         return None

@@ -277,15 +277,24 @@ def _patched(module: types.ModuleType, **names: Any) -> Iterator[None]:
 # ----------------------------------------------------------------------------------------------
 
 
+GUARD_FUNCTION_PREFIXES = ("validate", "_validate", "check", "_check")
+
+
 def _raised_by(exc: BaseException, functions: tuple[Callable[..., Any], ...]) -> bool:
-    """True when `exc` was raised by the code of one of `functions` itself (a guard)."""
+    """True when `exc` was raised by a guard: the code of one of `functions` itself, or a vLLM
+    function named validate*/check* that it called (e.g. `validate_fi_moe_ep_config`)."""
     codes = {getattr(f, "__code__", None) for f in functions}
     tb = exc.__traceback__
     last = None
     while tb is not None:
         last = tb
         tb = tb.tb_next
-    return last is not None and last.tb_frame.f_code in codes
+    if last is None:
+        return False
+    code = last.tb_frame.f_code
+    if code in codes:
+        return True
+    return "/vllm/" in code.co_filename and code.co_name.startswith(GUARD_FUNCTION_PREFIXES)
 
 
 def _refusal(probe: str, exc: BaseException) -> dict[str, str]:
@@ -372,19 +381,39 @@ def moe_constructor(
         )
 
 
-def mega_moe_capability(backend: str, hf: SimpleNamespace) -> dict[str, str] | None:
-    """The native MegaMoE capability and shape check (`check_deep_gemm_mega_moe_supported`)."""
-    if backend not in getattr(kernel, "NATIVE_MEGA_MOE_BACKENDS", {"deep_gemm_mega_moe"}):
+def mega_moe_capability(
+    module: types.ModuleType, backend: str, hf: SimpleNamespace
+) -> dict[str, str] | None:
+    """The native MegaMoE capability and shape check: `check_deep_gemm_mega_moe_supported`, or
+    in older releases `DeepseekV4MegaMoEExperts._check_runtime_supported` (run at weight load)."""
+    if backend not in MEGA_MOE_BACKENDS or backend in FLASHINFER_MOE_EP_BACKENDS:
         return None
     import torch
 
+    device = torch.device("cuda", 0)
     check = getattr(mega_moe_module, "check_deep_gemm_mega_moe_supported", None)
-    if check is None:
-        return None
+    if check is not None:
+        probe = "check_deep_gemm_mega_moe_supported"
+        call: Callable[[], Any] = lambda: check(device, hf.hidden_size, hf.moe_intermediate_size)
+    else:
+        # V4.1 builds its MegaMoE experts with V4's class.
+        experts = getattr(module, "DeepseekV4MegaMoEExperts", None) or getattr(
+            model_modules[V4_ARCH], "DeepseekV4MegaMoEExperts", None
+        )
+        runtime_check = getattr(experts, "_check_runtime_supported", None)
+        if runtime_check is None:
+            return None
+        probe = "DeepseekV4MegaMoEExperts._check_runtime_supported"
+        stub = SimpleNamespace(
+            w13_weight=SimpleNamespace(device=device),
+            hidden_size=hf.hidden_size,
+            intermediate_size=hf.moe_intermediate_size,
+        )
+        call = lambda: runtime_check(stub)  # noqa: E731
     try:
-        check(torch.device("cuda", 0), hf.hidden_size, hf.moe_intermediate_size)
+        call()
     except (NotImplementedError, ValueError) as exc:
-        return _refusal("check_deep_gemm_mega_moe_supported", exc)
+        return _refusal(probe, exc)
     return None
 
 
@@ -466,7 +495,7 @@ def guards(engine_args: Any, model: dict[str, Any]) -> tuple[list[dict[str, str]
         for refusal in (
             model_constructor(module, config),
             moe_constructor(module, config, ep_size),
-            mega_moe_capability(backend, hf),
+            mega_moe_capability(module, backend, hf),
         ):
             if refusal is not None:
                 refusals.append(refusal)
