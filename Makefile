@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins bench bench-operator demo clean
+.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins vllm-venvs vllm-catalog bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -25,14 +25,22 @@ verify: generate ## fail if generated files are stale
 	git diff --exit-code -- crds charts README.md
 
 lint: venv ## ruff check + format check
-	$(BIN)/ruff check operator tests bench hack
-	$(BIN)/ruff format --check operator tests bench hack
+	$(BIN)/ruff check operator tests bench hack conformance
+	$(BIN)/ruff format --check operator tests bench hack conformance
 
 typecheck: venv ## mypy (strict on the pure core)
 	$(BIN)/mypy
 
 cluster-bins: ## build the local control plane binaries (cached under ~/.cache/deepseek-operator)
 	hack/build-control-plane.sh
+
+vllm-venvs: ## install every supported vLLM release into cached virtualenvs (~/.cache/deepseek-operator/vllm)
+	hack/install-vllm.sh
+
+vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each installed release
+	@for v in $$(. hack/versions.env && echo $$VLLM_RELEASES); do \
+	  $(HOME)/.cache/deepseek-operator/vllm/$$v/bin/python -m conformance.extract --out operator/deepseek_operator/catalog/vllm || exit 1; \
+	done
 
 test-unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q

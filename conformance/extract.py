@@ -122,7 +122,9 @@ def serve_options() -> dict[str, Any]:
         "abbreviations": _accepts(top, ["serve", model, "--tensor-parallel", "2"]),
         "underscores_for_dashes": _accepts(top, ["serve", model, "--tensor_parallel_size", "2"]),
         "equals_form": _accepts(top, ["serve", model, "--tensor-parallel-size=2"]),
-        "dotted_config_keys": _accepts(top, ["serve", model, "--kernel-config.moe_backend", "triton"]),
+        "dotted_config_keys": _accepts(
+            top, ["serve", model, "--kernel-config.moe_backend", "triton"]
+        ),
         "config_file_option": "--config" in options,
     }
     return {"options": dict(sorted(options.items())), "rules": rules}

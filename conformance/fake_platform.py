@@ -13,6 +13,8 @@ import contextlib
 from collections.abc import Iterator
 
 from conformance import vllm_cli  # noqa: F401  (imported first: it sets VLLM_TARGET_DEVICE=cpu)
+
+# isort: split
 import torch
 from vllm.platforms import current_platform
 from vllm.platforms.interface import DeviceCapability

@@ -197,7 +197,9 @@ def cache_config(engine_args: Any) -> SimpleNamespace:
     fields = CacheConfig.__dataclass_fields__
     prefix = engine_args.enable_prefix_caching
     if prefix is None:
-        prefix = fields["enable_prefix_caching"].default if "enable_prefix_caching" in fields else True
+        prefix = (
+            fields["enable_prefix_caching"].default if "enable_prefix_caching" in fields else True
+        )
     bounded = getattr(engine_args, "swa_bounded_replay", None)
     if bounded is None and "swa_bounded_replay" in fields:
         bounded = fields["swa_bounded_replay"].default
@@ -356,7 +358,9 @@ def moe_constructor(
         kwargs: dict[str, Any] = {"vllm_config": config, "prefix": "model.layers.3.ffn"}
         if "num_hash_layers" in cls.__init__.__code__.co_varnames:
             kwargs["num_hash_layers"] = 0
-        refusal = _run_guarded("DeepseekV4MoE.__init__", lambda: cls.__init__(stub, **kwargs), guards)
+        refusal = _run_guarded(
+            "DeepseekV4MoE.__init__", lambda: cls.__init__(stub, **kwargs), guards
+        )
         if refusal is not None or init_mega is None:
             return refusal
         if not getattr(stub, "use_native_mega_moe", getattr(stub, "use_mega_moe", False)):
@@ -394,7 +398,9 @@ def mega_moe_capability(
     check = getattr(mega_moe_module, "check_deep_gemm_mega_moe_supported", None)
     if check is not None:
         probe = "check_deep_gemm_mega_moe_supported"
-        call: Callable[[], Any] = lambda: check(device, hf.hidden_size, hf.moe_intermediate_size)
+
+        def call() -> Any:
+            return check(device, hf.hidden_size, hf.moe_intermediate_size)
     else:
         # V4.1 builds its MegaMoE experts with V4's class.
         experts = getattr(module, "DeepseekV4MegaMoEExperts", None) or getattr(
@@ -409,7 +415,10 @@ def mega_moe_capability(
             hidden_size=hf.hidden_size,
             intermediate_size=hf.moe_intermediate_size,
         )
-        call = lambda: runtime_check(stub)  # noqa: E731
+
+        def call() -> Any:
+            return runtime_check(stub)
+
     try:
         call()
     except (NotImplementedError, ValueError) as exc:
@@ -447,7 +456,10 @@ def flashinfer_moe_ep(backend: str, config: SimpleNamespace, ep_size: int) -> li
         )
     experts = getattr(fi_moe_ep_experts, "FlashInferMoeEpExperts", None)
     if experts is not None:
-        moe_parallel = SimpleNamespace(use_ep=ep_size > 1 and config.parallel_config.enable_expert_parallel, use_batched_activation_format=False)
+        moe_parallel = SimpleNamespace(
+            use_ep=ep_size > 1 and config.parallel_config.enable_expert_parallel,
+            use_batched_activation_format=False,
+        )
         if not experts._supports_parallel_config(moe_parallel):
             refusals.append(
                 {
