@@ -55,7 +55,9 @@ CORE_BINARIES = ("etcd", "kube-apiserver", "kubectl")
 FULL_BINARIES = ("kube-controller-manager", "kube-scheduler", "kwok")
 ALL_BINARIES = (*CORE_BINARIES, *FULL_BINARIES, "helm")
 
-SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+# A /16 (65,534 addresses; 10.0.0.1 stays the kubernetes Service): the benchmark creates
+# thousands of Services, and a /24 filled at ~250 ("range is full").
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 # Startup deadlines (seconds). kube-apiserver needs ~5-10 s on a 2-core machine.
