@@ -87,11 +87,24 @@ def test_node_change_affects_servings_whose_selector_matched_before_or_after() -
 def test_inventory_is_rebuilt_after_a_change_only() -> None:
     tracker = NodeTracker()
     facts = fingerprint(node_facts(node("gb0", agent=agent_labels())))
-    index = {"gb0": [facts]}
     tracker.observe("gb0", facts)
-    first = tracker.inventory(index)
-    assert tracker.inventory(index) is first
+    first = tracker.inventory()
+    assert tracker.inventory() is first
     changed = fingerprint(node_facts(node("gb0", agent=agent_labels(fully_connected="false"))))
-    index = {"gb0": [changed]}
     tracker.observe("gb0", changed)
-    assert tracker.inventory(index).nodes == (changed,)
+    assert tracker.inventory().nodes == (changed,)
+    assert tracker.inventory_builds == 2
+
+
+def test_a_relisting_reports_nodes_added_changed_and_gone() -> None:
+    tracker = NodeTracker()
+    a = fingerprint(node_facts(node("a", labels={"pool": "x"})))
+    b = fingerprint(node_facts(node("b", labels={"pool": "x"})))
+    assert {c.after.name for c in tracker.replace_all({"a": a, "b": b}) if c.after} == {"a", "b"}
+    b2 = fingerprint(node_facts(node("b", labels={"pool": "y"})))
+    c = fingerprint(node_facts(node("c", labels={"pool": "y"})))
+    changes = tracker.replace_all({"b": b2, "c": c})
+    assert sorted((ch.before.name if ch.before else "", ch.after.name if ch.after else "")
+                  for ch in changes) == [("", "c"), ("a", ""), ("b", "b")]  # fmt: skip
+    assert tracker.replace_all({"b": b2, "c": c}) == []
+    assert [n.name for n in tracker.inventory().nodes] == ["b", "c"]

@@ -1,7 +1,9 @@
 """kopf handlers: thin glue between watch events and :class:`Reconciler`.
 
-* Indexes (filled before any handler runs): Nodes → :class:`NodeFacts`, DeepSeekServings →
-  their latest body, our children → their live body. A reconcile therefore makes no LIST call.
+* Node facts come from :class:`NodeWatch` (one LIST at start, then a WATCH; not a kopf index,
+  whose initial listing costs O(nodes²)); every reconcile waits until the first listing is in.
+* kopf indexes (filled before any handler runs): DeepSeekServings → their latest body, our
+  children → their live body. A reconcile therefore makes no LIST call.
 * One reconcile for create, update and resume of a DeepSeekServing.
 * A Node change that alters GPU facts, labels, taints, readiness or allocatable GPUs re-evaluates
   only the DeepSeekServings whose ``nodeSelector`` matches the node (before or after), debounced
@@ -25,7 +27,8 @@ import kopf
 
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
+from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
+from deepseek_operator.controller.node_watch import NodeWatch
 from deepseek_operator.controller.reconcile import Reconciler
 from deepseek_operator.names import (
     GROUP,
@@ -36,7 +39,7 @@ from deepseek_operator.names import (
     PLURAL,
     VERSION,
 )
-from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, node_facts
+from deepseek_operator.nodes.facts import NodeFacts
 from deepseek_operator.plan import ChildKey
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -57,7 +60,6 @@ def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) 
 class Indexes:
     """kopf's in-memory indexes, as the handlers receive them."""
 
-    nodes: kopf.Index[str, NodeFacts]
     servings: kopf.Index[ServingKey, dict[str, Any]]
     children: tuple[kopf.Index[ServingKey, ChildEntry], ...]
 
@@ -65,7 +67,6 @@ class Indexes:
     def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
         """The indexes among a handler's keyword arguments."""
         return cls(
-            nodes=kwargs["node_facts_index"],
             servings=kwargs["serving_index"],
             children=(
                 kwargs["deployment_index"],
@@ -99,6 +100,8 @@ class OperatorState:
         self.kube = KubeClient()
         self.reconciler = Reconciler(self.kube, post_event=_post_event)
         self.nodes = NodeTracker()
+        self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
+        self.node_watch: NodeWatch | None = None
         self.indexes: Indexes | None = None  # known once the first handler has run
         self.pending: dict[ServingKey, asyncio.Task[None]] = {}
 
@@ -110,19 +113,50 @@ class OperatorState:
         self.indexes = Indexes.of(kwargs)
         return self.indexes
 
-    def inventory(self) -> NodeInventory:
-        """The node inventory from the node index."""
-        assert self.indexes is not None  # set by the handler that scheduled the reconcile
-        return self.nodes.inventory(self.indexes.nodes)
+    def watch_nodes(self) -> None:
+        """Start listing and watching Nodes (from the running event loop)."""
+        self.node_watch = NodeWatch(
+            self.kube, asyncio.get_running_loop(), self.nodes_seen, self.node_seen
+        )
+        self.node_watch.start()
+
+    def nodes_seen(self, listed: dict[str, NodeFacts]) -> None:
+        """A full Node listing (at start, or after the watch expired)."""
+        changes = self.nodes.replace_all(listed)
+        metrics.NODES.set(len(self.nodes))
+        if self.nodes_listed.is_set():
+            self.nodes_changed(changes)
+        self.nodes_listed.set()
+
+    def node_seen(self, name: str, facts: NodeFacts | None) -> None:
+        """One Node event (``facts`` None: deleted)."""
+        change = self.nodes.observe(name, facts)
+        if change is None:
+            return  # a heartbeat or another change the decision does not read
+        metrics.NODES.set(len(self.nodes))
+        if self.nodes_listed.is_set():
+            self.nodes_changed([change])
+
+    def nodes_changed(self, changes: list[NodeChange]) -> None:
+        """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""
+        if not changes or self.indexes is None:  # no DeepSeekServing seen yet
+            return
+        servings = self.indexes.servings
+        for key in list(servings):
+            for serving in servings.get(key, []):
+                selector = (serving.get("spec") or {}).get("nodeSelector") or {}
+                if any(change.may_affect(selector) for change in changes):
+                    self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
     async def reconcile(self, key: ServingKey, trigger: str) -> None:
         """Reconcile ``key`` with whatever the indexes hold once its turn comes."""
         indexes = self.indexes
         assert indexes is not None
+        await self.nodes_listed.wait()  # never decide on a partial inventory
         await self.reconciler.reconcile(
             key,
             lambda: indexes.body(key),
-            self.inventory,
+            self.nodes.inventory,
             lambda: indexes.live_children(key),
             trigger,
         )
@@ -147,7 +181,7 @@ class OperatorState:
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: Any) -> None:
     """Keep kopf's bookkeeping in annotations (the structural schema prunes unknown status)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=KOPF_ANNOTATION_PREFIX
@@ -166,15 +200,17 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     asyncio.get_running_loop().set_default_executor(
         concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="kube")
     )
+    memo.watch_nodes()
+
+
+@kopf.on.cleanup()
+async def stop_watching_nodes(memo: OperatorState, **_: Any) -> None:
+    """Close the Node watch."""
+    if memo.node_watch is not None:
+        memo.node_watch.stop()
 
 
 # --- indexes ------------------------------------------------------------------------------------
-
-
-@kopf.index("", "v1", "nodes")
-def node_facts_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeFacts]:
-    """Node name → GPU facts (without labels that change on every pass)."""
-    return {name: fingerprint(node_facts(body))}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -232,27 +268,6 @@ async def reconcile_serving(
         await memo.reconcile((str(meta.get("namespace")), str(meta.get("name"))), str(reason))
     except Exception as exc:
         raise kopf.TemporaryError(f"Reconcile failed: {exc}", delay=10) from exc
-
-
-# --- Nodes --------------------------------------------------------------------------------------
-
-
-@kopf.on.event("", "v1", "nodes")
-async def node_changed(name: str, type: str, memo: OperatorState, **kwargs: Any) -> None:
-    """Re-evaluate the DeepSeekServings a node's GPU facts can affect (and only those)."""
-    indexes = memo.remember(kwargs)
-    # The index already holds this event's facts (kopf indexes before it calls handlers).
-    current = None if type == "DELETED" else next(iter(indexes.nodes.get(name, [])), None)
-    change = memo.nodes.observe(name, current)
-    if change is None:
-        return  # a heartbeat or another change the decision does not read
-    metrics.NODES.set(len(memo.nodes))
-    if type is None:  # initial listing: resume reconciles every DeepSeekServing anyway
-        return
-    for key in list(indexes.servings):
-        for serving in indexes.servings[key]:
-            if change.may_affect((serving.get("spec") or {}).get("nodeSelector") or {}):
-                memo.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
 
 # --- children -----------------------------------------------------------------------------------

@@ -63,6 +63,34 @@ class KubeClient:
                 self._api = client.ApiClient()
             return self._api
 
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        query: list[tuple[str, str]] | None,
+        timeout: float | tuple[float, float],
+    ) -> Any:
+        """Send one request; the response with its body still unread."""
+        api = self._client()
+        method_, url, headers, data, post = api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return api.call_api(
+            method_,
+            url,
+            header_params=headers,
+            body=data,
+            post_params=post,
+            _request_timeout=timeout,
+        )
+
     def _call(
         self,
         method: str,
@@ -74,22 +102,33 @@ class KubeClient:
         from kubernetes.client.exceptions import ApiException
 
         metrics.API_REQUESTS.labels(method).inc()
-        api = self._client()
-        method_, url, headers, data, post = api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query or [],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = api.call_api(
-            method_, url, header_params=headers, body=data, post_params=post, _request_timeout=30
-        )
+        response = self._request(method, path, body, content_type, query, 30)
         response.read()
         if response.status >= 400:
             raise ApiException(status=response.status, reason=response.reason, body=response.data)
         return json.loads(response.data or b"null")
+
+    def list_page(self, path: str, query: list[tuple[str, str]]) -> Any:
+        """One page of a LIST (the node watch's; not a reconciler request, so not counted)."""
+        from kubernetes.client.exceptions import ApiException
+
+        response = self._request("GET", path, None, "application/json", query, 60)
+        response.read()
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason, body=response.data)
+        return json.loads(response.data or b"null")
+
+    def open_watch(self, path: str, query: list[tuple[str, str]], read_timeout: float) -> Any:
+        """Start a WATCH; the streaming ``urllib3`` response (its lines are JSON watch events)."""
+        from kubernetes.client.exceptions import ApiException
+
+        response = self._request(
+            "GET", path, None, "application/json", [*query, ("watch", "true")], (10, read_timeout)
+        )
+        if response.status >= 400:
+            response.read()
+            raise ApiException(status=response.status, reason=response.reason, body=response.data)
+        return response.response
 
     def resource(self, api_version: str, kind: str) -> Resource:
         """Where ``kind`` of ``api_version`` is served, from discovery (cached)."""
