@@ -1,0 +1,112 @@
+"""Regression: the work per Node event stays O(1) in the number of Nodes (counted, not timed).
+
+A 10,000-Node cluster sends Node events all the time (heartbeats, label passes); start-up went
+super-linear once because every event did work proportional to the cluster. These tests drive the
+operator's real node path (:class:`OperatorState` → :class:`NodeTracker`) and count what it does:
+Python calls per event (cProfile, deterministic), inventory rebuilds, and reconciles scheduled,
+at two cluster sizes. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.unit.factories import agent_labels, node
+
+from deepseek_operator.controller.handlers import Indexes, OperatorState
+from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.nodes.facts import NodeFacts
+
+POOLS = 5
+SERVINGS = 20  # DeepSeekServings, selecting pool i % POOLS
+
+
+def gpu_node(i: int, **extra_labels: str) -> dict[str, Any]:
+    """Node ``n<i>`` of pool ``p<i % POOLS>`` with healthy agent labels."""
+    return node(f"n{i:05d}", labels={"pool": f"p{i % POOLS}", **extra_labels}, agent=agent_labels())
+
+
+class Recorder(OperatorState):
+    """The real operator state, with reconciles recorded instead of run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scheduled: list[tuple[str, str]] = []
+        servings = {
+            ("llm", f"dss-{i}"): [{"spec": {"nodeSelector": {"pool": f"p{i % POOLS}"}}}]
+            for i in range(SERVINGS)
+        }
+        self.indexes = Indexes(servings=servings, children=())  # type: ignore[arg-type]
+
+    def schedule(self, key: tuple[str, str], delay: float, trigger: str) -> None:
+        self.scheduled.append(key)
+
+
+def listed(n: int) -> tuple[Recorder, dict[str, NodeFacts]]:
+    """An operator state that has listed ``n`` Nodes, and their facts."""
+    state = Recorder()
+    snapshot = {f.name: f for f in (facts_of(gpu_node(i)) for i in range(n))}
+    state.nodes_seen(snapshot)
+    return state, snapshot
+
+
+def calls_per_event(run: Callable[[], None], events: int) -> float:
+    """Python function calls (cProfile's deterministic count) per event of ``run``."""
+    profile = cProfile.Profile()
+    profile.enable()
+    run()
+    profile.disable()
+    return pstats.Stats(profile).total_calls / events  # type: ignore[attr-defined,no-any-return]
+
+
+def node_events(state: Recorder, snapshot: dict[str, NodeFacts], events: int) -> Callable[[], None]:
+    """``events`` Node events: alternately a heartbeat (same facts) and a label flip of one Node."""
+    flipped = facts_of(gpu_node(0, rack="r9"))
+    heartbeat = snapshot[flipped.name]
+
+    def run() -> None:
+        for i in range(events):
+            state.node_seen(flipped.name, flipped if i % 4 == 1 else heartbeat)
+
+    return run
+
+
+def test_the_first_listing_schedules_nothing_and_builds_no_inventory() -> None:
+    state, _ = listed(1000)
+    assert len(state.nodes) == 1000
+    assert state.scheduled == []  # resume reconciles every DeepSeekServing anyway
+    assert state.nodes.inventory_builds == 0  # built when a reconcile first asks
+    assert len(state.nodes.inventory()) == 1000
+    assert state.nodes.inventory_builds == 1
+
+
+@pytest.mark.parametrize("events", [400])
+def test_python_calls_per_node_event_do_not_grow_with_the_cluster(events: int) -> None:
+    small_state, small = listed(100)
+    big_state, big = listed(3000)
+    small_calls = calls_per_event(node_events(small_state, small, events), events)
+    big_calls = calls_per_event(node_events(big_state, big, events), events)
+    # 30x the Nodes, the same work per event (any per-event loop over Nodes multiplies it).
+    assert big_calls == pytest.approx(small_calls, rel=0.02), (small_calls, big_calls)
+    assert small_state.nodes.inventory_builds == big_state.nodes.inventory_builds == 0
+
+
+def test_a_node_change_reschedules_only_the_servings_selecting_it_and_heartbeats_nothing() -> None:
+    state, snapshot = listed(2000)
+    state.nodes.inventory()
+    heartbeat = snapshot["n00007"]
+    for _ in range(50):
+        state.node_seen("n00007", heartbeat)
+    assert state.scheduled == []
+    assert state.nodes.inventory_builds == 1  # heartbeats leave the inventory as it is
+    state.node_seen("n00007", facts_of(gpu_node(7, rack="r1")))  # pool p2
+    assert sorted(state.scheduled) == sorted(
+        ("llm", f"dss-{i}") for i in range(SERVINGS) if i % POOLS == 7 % POOLS
+    )
+    state.nodes.inventory()
+    state.nodes.inventory()
+    assert state.nodes.inventory_builds == 2  # one rebuild per change, however often it is read
