@@ -1,35 +1,31 @@
-"""Benchmark of the operator on a local control plane (issue 4), against a no-op kopf baseline.
+"""Benchmark of the operator at fleet scale (issue 13), against a no-op kopf baseline.
 
-What it does, in one run on one cluster (etcd + kube-apiserver from ``tests/k8s/cluster.py``; no
-scheduler, controller-manager or kwok: the benchmark is about the decision, not scheduling):
+Everything runs on one local control plane (etcd + kube-apiserver from ``tests/k8s/cluster.py``;
+no scheduler, controller-manager or kwok: the benchmark is about the decision, not scheduling).
+GPU Nodes are created in bulk (60 % GB200 NVL4 trays with node-agent labels, 40 % H200, spread
+over pools; no kwok, so nothing rewrites them). Two operators take turns, interleaved, on the same
+cluster: ours (``deepseek-operator run --standalone``) and the no-op (``bench/noop_operator.py``:
+a kopf operator that indexes every Node and writes one ``BackendResolved`` status per object).
 
-1. Creates ``--nodes`` GPU Nodes in bulk (threads, one POST each, status written on create and
-   checked): 60 % GB200 NVL4 trays with node-agent labels (sm100, cc 10.0, NVLink fully
-   connected, 4 GPUs), 40 % H200 (sm90, 8 GPUs), spread over pools (label ``pool``). They are
-   not annotated for kwok, so nothing rewrites them: Ready=True and allocatable stay as written.
-2. For each operator in turn (ours: ``deepseek-operator run --standalone``; then the no-op kopf
-   operator ``bench/noop_operator.py`` that writes one status condition), starts the operator,
-   waits until it has listed every Node, then creates ``--servings`` DeepSeekServings (the seed
-   example, one per name, spread over ``--namespaces`` namespaces, each selecting one pool)
-   concurrently from ``--threads`` threads, and timestamps, with a watch of DeepSeekServings
-   opened before the first create, when each one first carries condition ``BackendResolved``
-   with ``observedGeneration == metadata.generation``. Latency = that moment minus the moment
-   its create request was sent.
-3. Reports per operator: latency p50/p95/max, time until all are resolved ("all s", from the
-   first create request), startup time ("start s": process start until ours has indexed every
-   Node, or until the no-op answers its liveness probe), operator peak RSS (``VmHWM``), its CPU
-   seconds and those of kube-apiserver + etcd ("srv cpu"), and, over the measured phase (first
-   create until all resolved plus ``--settle`` seconds), the API server's request counts by
-   verb and resource (from kube-apiserver ``/metrics``, ``apiserver_request_total``; LISTs of
-   nodes and deepseekservings must be zero: no per-reconcile LIST) and, for ours, the
-   operator's own metrics (``deepseek_operator_reconciles_total``, ``deepseek_operator_api_requests_total``).
-   Between the two operators every DeepSeekServing is deleted, so the second one resumes
-   nothing.
+1. Start-up sweep: for each ``--nodes`` count (the cluster grows between them), each operator is
+   started ``--repeats`` times; start-up = process start until its ``deepseek_operator_nodes``
+   gauge equals the node count. Its CPU seconds and peak RSS (``VmHWM``) at that moment too.
+2. Latency, at the largest node count: an ``idle`` run (``--idle-servings`` DeepSeekServings,
+   one at a time, each created once the previous one is resolved) and ``burst`` runs (each
+   ``--servings`` count created concurrently from ``--threads`` threads). Latency = from the
+   create request until a watch (opened before) shows condition ``BackendResolved`` for the
+   object's generation. Per run: p50/p95/max, time until all are resolved, the operator's CPU
+   seconds and peak RSS, kube-apiserver + etcd CPU, API requests by verb and resource from
+   kube-apiserver's ``/metrics`` (LISTs of nodes and deepseekservings must be 0: no LIST per
+   reconcile), the 1-minute load average before and after. Every object of a run is deleted
+   before the next.
 
-Targets: ours p50 within 1.5x of the no-op p50; no LIST per reconcile; peak RSS under 200 MB.
+Goals (issue 13): start-up at 10,000 Nodes <= 2x the no-op's; idle p50 <= 1.5x, burst p95 <= 1.2x
+the no-op's; 10,000 Nodes x 1,000 DeepSeekServings all resolved with RSS < 300 MB.
 
-Run: ``.venv/bin/python bench/bench_operator.py`` (``--help`` for the knobs; ``--json PATH``
-also writes the figures as JSON). Needs the binaries of ``make cluster-bins``.
+Run: ``make bench-operator`` (the full sweep, ~15 min) or e.g. ``.venv/bin/python
+bench/bench_operator.py --nodes 1000 --servings 200 --repeats 1``; writes
+``bench/results/operator-scale.json`` and ``.png``. Needs the binaries of ``make cluster-bins``.
 """
 
 from __future__ import annotations
@@ -50,7 +46,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +227,7 @@ class ResolvedWatcher(threading.Thread):
         self.expected = expected
         self.resolved: dict[tuple[str, str], tuple[float, str]] = {}
         self.done = threading.Event()
+        self.changed = threading.Condition()
         self.connected = threading.Event()
         self.error: BaseException | None = None
         self.stopping = False
@@ -264,7 +261,9 @@ class ResolvedWatcher(threading.Thread):
                         for c in obj["status"]["conditions"]
                         if c.get("type") == "BackendResolved"
                     )
-                    self.resolved[key] = (now, str(status))
+                    with self.changed:
+                        self.resolved[key] = (now, str(status))
+                        self.changed.notify_all()
                     if len(self.resolved) >= self.expected:
                         self.done.set()
         except BaseException as exc:  # reported by the phase
@@ -272,6 +271,16 @@ class ResolvedWatcher(threading.Thread):
                 self.error = exc
         finally:
             self.done.set()
+
+    def wait_for(self, key: tuple[str, str], timeout: float) -> bool:
+        """Block until *key* is resolved (True) or *timeout* seconds pass (False)."""
+        with self.changed:
+            return (
+                self.changed.wait_for(
+                    lambda: key in self.resolved or self.error is not None, timeout
+                )
+                and key in self.resolved
+            )
 
     def stop(self) -> None:
         """Close the stream."""
@@ -375,11 +384,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class NoopOperatorProcess(OperatorProcess):
-    """``kopf run --standalone -A --quiet bench/noop_operator.py`` with a liveness endpoint."""
+    """``kopf run --standalone -A --quiet bench/noop_operator.py`` with liveness and metrics."""
 
     def start(self) -> NoopOperatorProcess:
         """Start kopf on the no-op handler file and wait for its liveness endpoint."""
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PYTHONUNBUFFERED": "1",
+            "NOOP_METRICS_PORT": str(self.metrics_port),
+        }
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
@@ -393,22 +407,95 @@ class NoopOperatorProcess(OperatorProcess):
         return self
 
 
+def start_operator(cp: ControlPlane, name: str, log_dir: Path) -> OperatorProcess:
+    """Start ``ours`` (``deepseek-operator run --standalone``) or ``noop``."""
+    if name == "ours":
+        return OperatorProcess(cp, log_dir).start()
+    return NoopOperatorProcess(cp, log_dir).start()
+
+
+def nodes_indexed(op: OperatorProcess) -> float:
+    """The operator's ``deepseek_operator_nodes`` gauge (-1 while unreadable)."""
+    try:
+        text = op.metrics()
+    except OSError:
+        return -1.0
+    for line in text.splitlines():
+        if line.startswith("deepseek_operator_nodes "):
+            return float(line.split()[1])
+    return -1.0
+
+
+def wait_indexed(op: OperatorProcess, nodes: int, timeout: float) -> None:
+    """Wait until the operator's node index holds *nodes* Nodes (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while nodes_indexed(op) != float(nodes):
+        if op.proc is not None and op.proc.poll() is not None:
+            raise RuntimeError(f"operator exited with {op.proc.returncode}:\n{op.logs()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"node index at {nodes_indexed(op):.0f}/{nodes} after {timeout}s")
+        time.sleep(0.05)
+
+
+def load_average() -> float:
+    """The 1-minute load average (the machine is shared; every figure carries it)."""
+    return os.getloadavg()[0]
+
+
+@dataclass
+class StartupResult:
+    """One operator start: process start until its node index holds every Node."""
+
+    operator: str
+    nodes: int
+    startup_s: float = float("nan")
+    cpu_s: float = float("nan")  # the operator's CPU seconds until indexed
+    rss_peak_mb: float = float("nan")
+    load_before: float = float("nan")
+    load_after: float = float("nan")
+    error: str = ""
+
+
+def measure_startup(
+    cp: ControlPlane, name: str, nodes: int, log_dir: Path, timeout: float
+) -> StartupResult:
+    """Start one operator, time it until every Node is indexed, stop it."""
+    result = StartupResult(name, nodes, load_before=load_average())
+    t0 = time.monotonic()
+    op = start_operator(cp, name, log_dir)
+    assert op.proc is not None
+    try:
+        wait_indexed(op, nodes, timeout)
+        result.startup_s = time.monotonic() - t0
+        result.cpu_s = proc_cpu_seconds(op.proc.pid)
+        result.rss_peak_mb = proc_rss_peak_mb(op.proc.pid)
+    except (TimeoutError, RuntimeError) as exc:
+        result.error = str(exc)[:500]
+        print(f"[{name} start-up @{nodes}] {result.error}", file=sys.stderr)
+    finally:
+        op.stop()
+    result.load_after = load_average()
+    return result
+
+
 @dataclass
 class PhaseResult:
-    """The figures of one operator's run."""
+    """The figures of one operator's latency run (``burst`` or ``idle``)."""
 
     name: str
+    mode: str
+    nodes: int
     servings: int
     resolved: int = 0
     resolved_true: int = 0
     latencies_s: list[float] = field(default_factory=list)
     create_wall_s: float = 0.0
-    startup_s: float = 0.0
     total_s: float = 0.0
     rss_peak_mb: float = 0.0
-    rss_idle_mb: float = 0.0
     cpu_s: float = 0.0
     server_cpu_s: float = 0.0
+    load_before: float = float("nan")
+    load_after: float = float("nan")
     apiserver: dict[str, int] = field(default_factory=dict)
     operator_metrics: dict[str, float] = field(default_factory=dict)
     log_path: str = ""
@@ -419,6 +506,8 @@ class PhaseResult:
         lat = self.latencies_s or [float("nan")]
         return {
             "operator": self.name,
+            "mode": self.mode,
+            "nodes": self.nodes,
             "servings": self.servings,
             "resolved": self.resolved,
             "resolved_true": self.resolved_true,
@@ -426,12 +515,14 @@ class PhaseResult:
             "p95_s": percentile(lat, 0.95),
             "max_s": max(lat),
             "create_wall_s": self.create_wall_s,
-            "startup_s": self.startup_s,
             "total_s": self.total_s,
-            "rss_idle_mb": self.rss_idle_mb,
             "rss_peak_mb": self.rss_peak_mb,
             "cpu_s": self.cpu_s,
             "apiserver_etcd_cpu_s": self.server_cpu_s,
+            "load_before": self.load_before,
+            "load_after": self.load_after,
+            "list_nodes": _verb_count(self.apiserver, "LIST", "nodes"),
+            "list_dss": _verb_count(self.apiserver, "LIST", "deepseekservings"),
             "apiserver_requests": self.apiserver,
             "operator_metrics": self.operator_metrics,
             "log": self.log_path,
@@ -439,52 +530,44 @@ class PhaseResult:
         }
 
 
+def _verb_count(requests: Mapping[str, int], verb: str, resource: str) -> int:
+    return sum(v for k, v in requests.items() if k == f"{verb} {resource}")
+
+
 def run_phase(
     cp: ControlPlane,
     name: str,
-    start: Callable[[], OperatorProcess],
+    mode: str,
     servings: list[dict],
     *,
+    nodes: int,
+    log_dir: Path,
     threads: int,
     timeout: float,
     settle: float,
-    nodes: int,
     index_timeout: float,
 ) -> PhaseResult:
-    """Start one operator, create *servings* concurrently, time their resolution, stop it.
+    """Start one operator, create *servings*, time their resolution, stop it, clean up.
 
-    Afterwards every DeepSeekServing of the phase is deleted (so the next operator resumes
-    nothing); the operator's children stay (no garbage collector runs) and are not watched by
-    the next operator's handlers.
+    ``burst``: all created concurrently from *threads* threads. ``idle``: one at a time, each
+    created only once the previous one is resolved (the latency of a quiet cluster).
+    Afterwards every DeepSeekServing of the phase and every child is deleted, so the next
+    operator starts on the same cluster.
     """
     namespaces = sorted({s["metadata"]["namespace"] for s in servings})
-    result = PhaseResult(name, len(servings))
-    t_start = time.monotonic()
-    op = start()
+    result = PhaseResult(name, mode, nodes, len(servings), load_before=load_average())
+    op = start_operator(cp, name, log_dir)
     assert op.proc is not None
     pid = op.proc.pid
     result.log_path = str(op.log_path)
     try:
-        if name == "ours":  # wait until the node index holds every node
-            try:
-                wait_for(
-                    lambda: f"deepseek_operator_nodes {float(nodes)}" in op.metrics(),
-                    timeout=index_timeout,
-                    what=f"operator node index at {nodes}",
-                )
-            except AssertionError as exc:
-                gauge = [
-                    line
-                    for line in op.metrics().splitlines()
-                    if line.startswith("deepseek_operator_nodes ")
-                ]
-                result.error = f"{exc}; {gauge[0] if gauge else 'no node gauge'}"
-                result.rss_peak_mb = proc_rss_peak_mb(pid)
-                print(f"[{name}] {result.error}", file=sys.stderr)
-                return result
-        result.startup_s = time.monotonic() - t_start
+        try:
+            wait_indexed(op, nodes, index_timeout)
+        except (TimeoutError, RuntimeError) as exc:
+            result.error = str(exc)[:500]
+            print(f"[{name} {mode}] {result.error}", file=sys.stderr)
+            return result
         time.sleep(2.0)  # let the initial listings settle
-        result.rss_idle_mb = proc_rss_peak_mb(pid)
         watcher = ResolvedWatcher(cp, namespaces, len(servings))
         watcher.start()
         watcher.connected.wait(10)
@@ -504,8 +587,15 @@ def run_phase(
             rest.call("POST", path, doc)
 
         t0 = time.monotonic()
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(create, servings))
+        if mode == "burst":
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(create, servings))
+        else:
+            for doc in servings:
+                create(doc)
+                key = (doc["metadata"]["namespace"], doc["metadata"]["name"])
+                if not watcher.wait_for(key, timeout):
+                    break
         result.create_wall_s = time.monotonic() - t0
         finished = watcher.done.wait(timeout)
         t_done = max((t for t, _ in watcher.resolved.values()), default=time.monotonic())
@@ -513,10 +603,8 @@ def run_phase(
         if watcher.error is not None:
             raise RuntimeError(f"watch failed: {watcher.error!r}")
         if not finished:
-            print(
-                f"[{name}] only {len(watcher.resolved)}/{len(servings)} resolved in {timeout}s",
-                file=sys.stderr,
-            )
+            result.error = f"only {len(watcher.resolved)}/{len(servings)} resolved in {timeout}s"
+            print(f"[{name} {mode}] {result.error}", file=sys.stderr)
         time.sleep(settle)  # trailing work (child events, kopf annotations) lands in the counts
         result.cpu_s = proc_cpu_seconds(pid) - cpu_before
         result.server_cpu_s = control_plane_cpu(cp) - server_cpu_before
@@ -533,8 +621,12 @@ def run_phase(
         result.latencies_s = [t - sent[key] for key, (t, _) in watcher.resolved.items()]
     finally:
         op.stop()
-    for ns in namespaces:
-        cp.kubectl("delete", "dss", "--all", "-n", ns, "--wait=false", timeout=120)
+        result.load_after = load_average()
+        for ns in namespaces:
+            cp.kubectl(
+                "delete", "dss,deployments,statefulsets,services", "--all", "-n", ns,
+                "--wait=false", timeout=300, check=False,
+            )  # fmt: skip
     return result
 
 
@@ -543,82 +635,153 @@ def run_phase(
 # --------------------------------------------------------------------------------------------
 
 
-def _verb_count(requests: Mapping[str, int], verb: str, resource: str) -> int:
-    return sum(v for k, v in requests.items() if k == f"{verb} {resource}")
+def ratio(ours: float, noop: float) -> float:
+    """ours / noop (nan when either is missing)."""
+    return ours / noop if noop and noop == noop and ours == ours else float("nan")
 
 
-def report(results: list[PhaseResult], args: argparse.Namespace, setup: Mapping[str, Any]) -> dict:
-    """Print the results table and return everything as a JSON-able dict."""
-    by = {r.name: r.summary() for r in results}
-    print()
-    print(
-        f"operator benchmark: {args.nodes} nodes ({setup['gb200_nodes']} GB200 + "
-        f"{args.nodes - setup['gb200_nodes']} H200, {len(setup['pools'])} pools), "
-        f"{args.servings} DeepSeekServings over {args.namespaces} namespaces, created "
-        f"concurrently from {args.threads} threads (one POST each); nodes created in "
-        f"{setup['node_create_s']:.1f}s"
-    )
+def print_report(out: Mapping[str, Any]) -> None:
+    """Print the start-up and latency tables."""
+    print("\nstart-up (process start until every Node is indexed), median over repeats:")
+    print(f"{'nodes':>6} {'ours s':>7} {'noop s':>7} {'ratio':>6} {'ours cpu':>8} "
+          f"{'noop cpu':>8} {'ours MB':>7} {'noop MB':>7} {'load':>5}")  # fmt: skip
+    for row in out["startup_summary"]:
+        print(
+            f"{row['nodes']:>6} {row['ours_s']:>7.2f} {row['noop_s']:>7.2f} "
+            f"{row['ratio']:>6.2f} {row['ours_cpu_s']:>8.2f} {row['noop_cpu_s']:>8.2f} "
+            f"{row['ours_rss_mb']:>7.0f} {row['noop_rss_mb']:>7.0f} {row['load']:>5.1f}"
+        )
+    print("\napply -> BackendResolved latency (ours vs noop, same cluster, interleaved):")
     header = (
-        f"{'operator':<8} {'resolved':>9} {'p50 s':>7} {'p95 s':>7} {'max s':>7} "
-        f"{'all s':>7} {'start s':>7} {'create s':>8} {'cpu s':>7} {'srv cpu':>7} "
-        f"{'RSS MB':>7} {'LIST n/dss':>10}"
+        f"{'mode':<5} {'nodes':>6} {'CRs':>5} {'op':<5} {'resolved':>9} {'p50 s':>7} "
+        f"{'p95 s':>7} {'all s':>7} {'cpu s':>6} {'srv cpu':>7} {'RSS MB':>7} "
+        f"{'LIST n/dss':>10} {'load':>9}"
     )
     print(header)
     print("-" * len(header))
-    for r in results:
-        s = by[r.name]
-        if r.error:
-            print(f"{r.name:<8} FAILED: {r.error}")
+    for r in out["latency"]:
+        if r["error"] and not r["resolved"]:
+            print(f"{r['mode']:<5} {r['nodes']:>6} {r['servings']:>5} {r['operator']:<5} "
+                  f"FAILED: {r['error']}")  # fmt: skip
             continue
-        lists = (
-            f"{_verb_count(r.apiserver, 'LIST', 'nodes')}/"
-            f"{_verb_count(r.apiserver, 'LIST', 'deepseekservings')}"
-        )
         print(
-            f"{r.name:<8} {s['resolved']:>4}/{s['servings']:<4} {s['p50_s']:>7.3f} "
-            f"{s['p95_s']:>7.3f} {s['max_s']:>7.3f} {s['total_s']:>7.2f} {s['startup_s']:>7.1f} "
-            f"{s['create_wall_s']:>8.2f} {s['cpu_s']:>7.1f} {s['apiserver_etcd_cpu_s']:>7.1f} "
-            f"{s['rss_peak_mb']:>7.1f} {lists:>10}"
+            f"{r['mode']:<5} {r['nodes']:>6} {r['servings']:>5} {r['operator']:<5} "
+            f"{r['resolved']:>4}/{r['servings']:<4} {r['p50_s']:>7.3f} {r['p95_s']:>7.3f} "
+            f"{r['total_s']:>7.2f} {r['cpu_s']:>6.1f} {r['apiserver_etcd_cpu_s']:>7.1f} "
+            f"{r['rss_peak_mb']:>7.0f} {r['list_nodes']:>4}/{r['list_dss']:<5} "
+            f"{r['load_before']:>4.1f}-{r['load_after']:<4.1f}"
         )
-    for r in results:
-        print(f"\n[{r.name}] kube-apiserver requests during the measured phase (all clients):")
-        for key, value in r.apiserver.items():
-            print(f"  {key:<45} {value:>6}")
-        if r.operator_metrics:
-            print(f"[{r.name}] operator metrics (delta):")
-            for key, value in sorted(r.operator_metrics.items()):
-                print(f"  {key:<80} {value:>10.3f}")
-    out: dict[str, Any] = {"setup": dict(setup), "args": vars(args), "results": by}
-    if "ours" in by and not by["ours"]["error"]:
-        ours = by["ours"]
-        m = results[[r.name for r in results].index("ours")].operator_metrics
-        reconciles = sum(v for k, v in m.items() if k.startswith("deepseek_operator_reconciles"))
-        requests = sum(v for k, v in m.items() if k.startswith("deepseek_operator_api_requests"))
-        dur_sum = m.get("deepseek_operator_reconcile_duration_seconds_sum", 0.0)
-        dur_n = m.get("deepseek_operator_reconcile_duration_seconds_count", 0.0)
-        ours_api = results[[r.name for r in results].index("ours")].apiserver
-        derived = {
-            "reconciles": reconciles,
-            "reconciler_api_requests": requests,
-            "api_requests_per_reconcile": requests / reconciles if reconciles else None,
-            "mean_reconcile_ms": 1000 * dur_sum / dur_n if dur_n else None,
-            "apiserver_list_nodes": _verb_count(ours_api, "LIST", "nodes"),
-            "apiserver_list_dss": _verb_count(ours_api, "LIST", "deepseekservings"),
-            "rss_ok": ours["rss_peak_mb"] < TARGET_RSS_MB,
-        }
-        if "noop" in by and not by["noop"]["error"]:
-            ratio = ours["p50_s"] / by["noop"]["p50_s"]
-            derived["p50_ratio_vs_noop"] = ratio
-            derived["p95_ratio_vs_noop"] = ours["p95_s"] / by["noop"]["p95_s"]
-            derived["total_ratio_vs_noop"] = ours["total_s"] / by["noop"]["total_s"]
-            derived["ratio_ok"] = ratio <= TARGET_RATIO
-        out["derived"] = derived
-        print("\nderived:")
-        for key, value in derived.items():
-            print(
-                f"  {key:<28} {value:.3f}" if isinstance(value, float) else f"  {key:<28} {value}"
-            )
-    return out
+    print("\nratios ours/noop:")
+    for row in out["ratios"]:
+        print(
+            f"  {row['mode']:<5} {row['nodes']:>6} nodes {row['servings']:>5} CRs: "
+            f"p50 {row['p50_ratio']:.2f}x  p95 {row['p95_ratio']:.2f}x  all {row['all_ratio']:.2f}x"
+        )
+
+
+def summarise(startups: list[StartupResult], latency: list[PhaseResult]) -> dict[str, Any]:
+    """Medians of the start-ups per node count, latency rows, ours/noop ratios."""
+    startup_summary = []
+    for nodes in sorted({r.nodes for r in startups}):
+
+        def med(op: str, attr: str, n: int = nodes) -> float:
+            values = [getattr(r, attr) for r in startups if r.nodes == n and r.operator == op]
+            values = [v for v in values if v == v]
+            return statistics.median(values) if values else float("nan")
+
+        loads = [r.load_before for r in startups if r.nodes == nodes]
+        startup_summary.append(
+            {
+                "nodes": nodes,
+                "ours_s": med("ours", "startup_s"),
+                "noop_s": med("noop", "startup_s"),
+                "ratio": ratio(med("ours", "startup_s"), med("noop", "startup_s")),
+                "ours_cpu_s": med("ours", "cpu_s"),
+                "noop_cpu_s": med("noop", "cpu_s"),
+                "ours_rss_mb": med("ours", "rss_peak_mb"),
+                "noop_rss_mb": med("noop", "rss_peak_mb"),
+                "load": statistics.median(loads) if loads else float("nan"),
+            }
+        )
+    rows = [r.summary() for r in latency]
+    ratios = []
+    for r in rows:
+        if r["operator"] != "ours":
+            continue
+        noop = next(
+            (
+                x
+                for x in rows
+                if x["operator"] == "noop"
+                and (x["mode"], x["nodes"], x["servings"]) == (r["mode"], r["nodes"], r["servings"])
+            ),
+            None,
+        )
+        if noop is None:
+            continue
+        ratios.append(
+            {
+                "mode": r["mode"],
+                "nodes": r["nodes"],
+                "servings": r["servings"],
+                "p50_ratio": ratio(r["p50_s"], noop["p50_s"]),
+                "p95_ratio": ratio(r["p95_s"], noop["p95_s"]),
+                "all_ratio": ratio(r["total_s"], noop["total_s"]),
+            }
+        )
+    return {
+        "startup": [vars(r) for r in startups],
+        "startup_summary": startup_summary,
+        "latency": rows,
+        "ratios": ratios,
+    }
+
+
+def plot(out: Mapping[str, Any], path: Path) -> None:
+    """Start-up vs Nodes, burst latency vs DeepSeekServings, peak RSS: ours vs the no-op."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.8))
+    colours = {"ours": "tab:blue", "noop": "tab:gray"}
+    summary = out["startup_summary"]
+    nodes = [row["nodes"] for row in summary]
+    for op in ("ours", "noop"):
+        ax1.plot(nodes, [row[f"{op}_s"] for row in summary], "o-", color=colours[op], label=op)
+        raw = [r for r in out["startup"] if r["operator"] == op]
+        ax1.scatter([r["nodes"] for r in raw], [r["startup_s"] for r in raw], s=10,
+                    color=colours[op], alpha=0.4)  # fmt: skip
+    ax1.set(title="start-up: process start → every Node indexed", xlabel="Nodes",
+            ylabel="seconds")  # fmt: skip
+    ax1.legend()
+    burst = [r for r in out["latency"] if r["mode"] == "burst"]
+    for op in ("ours", "noop"):
+        rows = sorted((r for r in burst if r["operator"] == op), key=lambda r: r["servings"])
+        crs = [r["servings"] for r in rows]
+        ax2.plot(crs, [r["p50_s"] for r in rows], "o-", color=colours[op], label=f"{op} p50")
+        ax2.plot(crs, [r["p95_s"] for r in rows], "s--", color=colours[op], label=f"{op} p95")
+        ax3.plot(crs, [r["rss_peak_mb"] for r in rows], "o-", color=colours[op], label=op)
+    burst_nodes = burst[0]["nodes"] if burst else 0
+    ax2.set(title=f"burst apply → BackendResolved ({burst_nodes} Nodes)",
+            xlabel="DeepSeekServings created at once", ylabel="seconds")  # fmt: skip
+    ax2.legend()
+    ax3.axhline(300, color="tab:red", linestyle=":", label="goal 300 MB")
+    ax3.set(title=f"operator peak RSS ({burst_nodes} Nodes)", xlabel="DeepSeekServings",
+            ylabel="MB")  # fmt: skip
+    ax3.legend()
+    idle = {r["operator"]: r for r in out["latency"] if r["mode"] == "idle"}
+    if "ours" in idle and "noop" in idle:
+        fig.suptitle(
+            f"idle (one at a time, {idle['ours']['servings']} CRs, {idle['ours']['nodes']} "
+            f"Nodes): p50 ours {idle['ours']['p50_s'] * 1000:.0f} ms vs no-op "
+            f"{idle['noop']['p50_s'] * 1000:.0f} ms   |   {out['conditions']}",
+            fontsize=9,
+        )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
 
 # --------------------------------------------------------------------------------------------
@@ -626,37 +789,41 @@ def report(results: list[PhaseResult], args: argparse.Namespace, setup: Mapping[
 # --------------------------------------------------------------------------------------------
 
 
+def int_list(text: str) -> list[int]:
+    """``1000,2500`` → ``[1000, 2500]``."""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line flags (defaults: the issue's 1,000 nodes and 200 DeepSeekServings)."""
+    """Command-line flags (defaults: the full sweep of issue 13)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", type=int, default=1000, help="GPU nodes (default 1000)")
-    p.add_argument("--servings", type=int, default=200, help="DeepSeekServings (default 200)")
-    p.add_argument("--namespaces", type=int, default=4, help="namespaces per operator")
+    p.add_argument("--nodes", type=int_list, default=[1000, 2500, 5000, 10000],
+                   help="node counts for the start-up sweep; latency runs at the last")  # fmt: skip
+    p.add_argument("--servings", type=int_list, default=[100, 500, 1000],
+                   help="DeepSeekServings per burst run")  # fmt: skip
+    p.add_argument("--idle-servings", type=int, default=30,
+                   help="DeepSeekServings of the idle run, one at a time (0: none)")  # fmt: skip
+    p.add_argument("--repeats", type=int, default=2, help="start-ups per operator and node count")
+    p.add_argument("--namespaces", type=int, default=4, help="namespaces per phase")
     p.add_argument("--gb200-share", type=float, default=0.6, help="share of GB200 nodes")
     p.add_argument("--gb200-pools", type=int, default=3, help="pools of GB200 nodes")
     p.add_argument("--h200-pools", type=int, default=2, help="pools of H200 nodes")
     p.add_argument("--threads", type=int, default=16, help="concurrent create requests")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds to wait per operator")
-    p.add_argument(
-        "--index-timeout",
-        type=float,
-        default=120.0,
-        help="seconds ours may take to index every node before its phase counts as failed",
-    )
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait per phase")
+    p.add_argument("--index-timeout", type=float, default=600.0,
+                   help="seconds an operator may take to index every node")  # fmt: skip
     p.add_argument("--settle", type=float, default=3.0, help="seconds counted after the last")
-    p.add_argument(
-        "--operators",
-        default="ours,noop",
-        help="comma-separated phases to run, in order: ours, noop (default ours,noop)",
-    )
     p.add_argument("--warmup", type=int, default=5, help="DSS created+deleted before measuring")
     p.add_argument("--work-dir", type=Path, default=None, help="keep cluster files here")
-    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "operator-scale.json",
+                   help="write the figures here")  # fmt: skip
+    p.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "operator-scale.png",
+                   help="write the plot here (needs matplotlib, in the dev extras)")  # fmt: skip
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Start the control plane, create the nodes, run each operator phase, print the figures."""
+    """Start the control plane; sweep start-up over node counts, then latency; report and plot."""
     args = parse_args(argv)
     bin_dir = default_bin_dir()
     missing = missing_binaries(CORE_BINARIES, bin_dir)
@@ -671,53 +838,78 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)  # nothing reaches a real cluster
         install_crds(cp)
         pools = pool_names(args.gb200_pools, args.h200_pools)
-        nodes = build_nodes(args.nodes, args.gb200_share, args.gb200_pools, args.h200_pools)
-        node_s = create_nodes(cp, nodes, args.threads)
-        ready = cp.kubectl_json("get", "node", nodes[0]["metadata"]["name"])
-        assert ready["status"].get("conditions"), "node status was not stored"
-        print(f"created {len(nodes)} nodes in {node_s:.1f}s", file=sys.stderr)
-        phases = [p.strip() for p in args.operators.split(",") if p.strip()]
-        all_ns = [f"bench-{p}-{i}" for p in phases for i in range(args.namespaces)]
-        for ns in [*all_ns, "bench-warmup"]:
-            cp.kubectl("create", "namespace", ns)
-        if args.warmup:  # first writes of a new resource type pay one-off costs in the server
-            warm = build_servings(args.warmup, ["bench-warmup"], pools)
-            cp.apply(warm)
-            cp.kubectl("delete", "dss", "--all", "-n", "bench-warmup")
-        setup = {
-            "gb200_nodes": round(args.nodes * args.gb200_share),
-            "pools": pools,
-            "node_create_s": node_s,
-            "work_dir": str(work),
-            "cpus": os.cpu_count(),
-        }
         log_dir = work / "operator-logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        starters: dict[str, Callable[[], OperatorProcess]] = {
-            "ours": lambda: OperatorProcess(cp, log_dir).start(),
-            "noop": lambda: NoopOperatorProcess(cp, log_dir).start(),
+        cp.kubectl("create", "namespace", "bench-warmup")
+        if args.warmup:  # first writes of a new resource type pay one-off costs in the server
+            cp.apply(build_servings(args.warmup, ["bench-warmup"], pools))
+            cp.kubectl("delete", "dss", "--all", "-n", "bench-warmup")
+
+        all_nodes = build_nodes(max(args.nodes), args.gb200_share, args.gb200_pools,
+                                args.h200_pools)  # fmt: skip
+        # Same names and pools at every size: grow the cluster by creating the missing Nodes.
+        by_name = {n["metadata"]["name"]: n for n in all_nodes}
+        order = sorted(by_name, key=lambda name: int(name.split("-")[1]))
+        created = 0
+        startups: list[StartupResult] = []
+        node_create_s: dict[int, float] = {}
+        for count in sorted(args.nodes):
+            batch = [by_name[name] for name in order[created:count]]
+            node_create_s[count] = create_nodes(cp, batch, args.threads)
+            created = count
+            print(f"{created} nodes ({node_create_s[count]:.1f}s to create)", file=sys.stderr)
+            for rep in range(args.repeats):
+                pair = ("ours", "noop") if rep % 2 == 0 else ("noop", "ours")
+                for op in pair:
+                    startups.append(measure_startup(cp, op, created, log_dir, args.index_timeout))
+                    r = startups[-1]
+                    print(f"  start-up {op:<4} {r.startup_s:6.2f}s load {r.load_before:.1f}",
+                          file=sys.stderr)  # fmt: skip
+
+        latency: list[PhaseResult] = []
+        runs = [("burst", n) for n in args.servings]
+        if args.idle_servings:
+            runs.insert(0, ("idle", args.idle_servings))
+        for i, (mode, count) in enumerate(runs):
+            pair = ("ours", "noop") if i % 2 == 0 else ("noop", "ours")  # cancel drift
+            for op in pair:
+                namespaces = [f"bench-{mode}{count}-{op}-{k}" for k in range(args.namespaces)]
+                for ns in namespaces:
+                    cp.kubectl("create", "namespace", ns)
+                print(f"{mode} {count} CRs: {op} ...", file=sys.stderr)
+                latency.append(
+                    run_phase(
+                        cp, op, mode, build_servings(count, namespaces, pools),
+                        nodes=created, log_dir=log_dir, threads=args.threads,
+                        timeout=args.timeout, settle=args.settle,
+                        index_timeout=args.index_timeout,
+                    )
+                )  # fmt: skip
+                r = latency[-1].summary()
+                print(f"  {r['resolved']}/{count} p50 {r['p50_s']:.3f}s p95 {r['p95_s']:.3f}s "
+                      f"RSS {r['rss_peak_mb']:.0f} MB", file=sys.stderr)  # fmt: skip
+
+        out = summarise(startups, latency)
+        out["conditions"] = (
+            f"{os.cpu_count()} cores shared with other work, load "
+            f"{min(r.load_before for r in startups):.1f}-"
+            f"{max(r.load_after for r in [*startups]):.1f}"
+        )
+        out["setup"] = {
+            "node_create_s": node_create_s,
+            "pools": pools,
+            "gb200_share": args.gb200_share,
+            "work_dir": str(work),
+            "cpus": os.cpu_count(),
+            "args": {k: str(v) for k, v in vars(args).items()},
         }
-        results = []
-        for phase in phases:
-            namespaces = [f"bench-{phase}-{i}" for i in range(args.namespaces)]
-            print(f"running {phase} ...", file=sys.stderr)
-            results.append(
-                run_phase(
-                    cp,
-                    phase,
-                    starters[phase],
-                    build_servings(args.servings, namespaces, pools),
-                    threads=args.threads,
-                    timeout=args.timeout,
-                    settle=args.settle,
-                    nodes=args.nodes,
-                    index_timeout=args.index_timeout,
-                )
-            )
-        out = report(results, args, setup)
+        print_report(out)
         print(f"\nwall time {time.monotonic() - t_start:.0f}s; cluster files in {work}")
-        if args.json:
-            args.json.write_text(json.dumps(out, indent=2, default=str))
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2, default=str))
+        if args.plot:
+            plot(out, args.plot)
+        print(f"wrote {args.json} and {args.plot}")
         return 0
     finally:
         with contextlib.suppress(Exception):

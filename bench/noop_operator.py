@@ -2,23 +2,32 @@
 
 On create and resume of a DeepSeekServing it merge-patches ``status`` with a
 ``BackendResolved``-like condition (``observedGeneration`` = ``metadata.generation``), decides
-nothing and creates nothing. kopf keeps its bookkeeping in annotations as the real operator
+nothing and creates nothing. Like the real operator it keeps an index of every Node (name → labels,
+from a kopf ``on.event`` handler; kopf's own ``@kopf.index`` would make its start-up quadratic in
+Nodes, see ``deepseek_operator/controller/node_watch.py``) and exports how many Nodes it holds as
+the gauge ``deepseek_operator_nodes`` on ``$NOOP_METRICS_PORT`` (as the real operator does), which
+is how the benchmark times its start-up. kopf keeps its bookkeeping in annotations as the real operator
 does (the structural schema prunes unknown ``status`` fields); everything else is kopf's
 defaults (no worker limit), which is what "a minimal kopf operator" means.
 
-Run: ``python -m kopf run --standalone -A --quiet bench/noop_operator.py``.
+Run: ``NOOP_METRICS_PORT=9090 python -m kopf run --standalone -A --quiet bench/noop_operator.py``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from typing import Any
 
 import kopf
+from prometheus_client import Gauge, start_http_server
 
 GROUP, VERSION, PLURAL = "serving.deepseek-operator.io", "v1alpha1", "deepseekservings"
 ANNOTATION_PREFIX = "serving.deepseek-operator.io"
+
+NODE_LABELS: dict[str, dict[str, str]] = {}
+NODES = Gauge("deepseek_operator_nodes", "Nodes in the no-op operator's index")
 
 
 @kopf.on.startup()
@@ -31,6 +40,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration", ignored_fields=["status"]
     )
     settings.posting.level = logging.WARNING
+    start_http_server(int(os.environ.get("NOOP_METRICS_PORT", "9090")), addr="127.0.0.1")
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -50,3 +60,13 @@ async def resolved(meta: kopf.Meta, patch: kopf.Patch, **_: Any) -> None:
             "lastTransitionTime": now,
         }
     ]
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_seen(name: str, type: str, labels: kopf.Labels, **_: Any) -> None:
+    """Keep every Node's labels (the cheapest node index a kopf operator can keep)."""
+    if type == "DELETED":
+        NODE_LABELS.pop(name, None)
+    else:
+        NODE_LABELS[name] = dict(labels)
+    NODES.set(len(NODE_LABELS))
