@@ -110,3 +110,16 @@ def test_a_node_change_reschedules_only_the_servings_selecting_it_and_heartbeats
     state.nodes.inventory()
     state.nodes.inventory()
     assert state.nodes.inventory_builds == 2  # one rebuild per change, however often it is read
+
+
+def test_a_node_selector_is_answered_from_the_label_index_exactly_as_a_full_scan() -> None:
+    state, _ = listed(500)
+    state.node_seen("n00003", facts_of(gpu_node(3, rack="r1")))
+    inventory = state.nodes.inventory()
+    for selector in ({}, {"pool": "p3"}, {"pool": "p3", "rack": "r1"}, {"rack": "r1"},
+                     {"pool": "p9"}, {"absent": "x"}):  # fmt: skip
+        scan = [
+            n for n in inventory.nodes if all(n.labels.get(k) == v for k, v in selector.items())
+        ]
+        assert list(inventory.with_labels(selector)) == scan, selector
+    assert set(inventory._by_label) == {"pool", "rack", "absent"}  # one index per key asked

@@ -104,7 +104,7 @@ def _base_rejection(spec: DeepSeekServingSpec, node: NodeFacts) -> str:
 
 def candidates(spec: DeepSeekServingSpec, inventory: NodeInventory) -> list[NodeFacts]:
     """GPU nodes the pods could be scheduled on at all (selector, taints, cordon, readiness)."""
-    return [n for n in inventory.nodes if not _base_rejection(spec, n)]
+    return [n for n in inventory.with_labels(spec.node_selector) if not _base_rejection(spec, n)]
 
 
 def place(

@@ -8,8 +8,8 @@ from the product are marked so every message can say so.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from deepseek_operator import names
@@ -60,9 +60,33 @@ class NodeInventory:
     """All nodes the operator can see, in a stable order."""
 
     nodes: tuple[NodeFacts, ...]
+    # label key -> value -> nodes, filled on first use per key: a nodeSelector then costs the
+    # matching nodes, not the whole fleet (10,000 Nodes, one pool of 2,000: 5x fewer visits).
+    _by_label: dict[str, dict[str, list[NodeFacts]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def with_labels(self, selector: Mapping[str, str]) -> Sequence[NodeFacts]:
+        """The nodes carrying every ``key: value`` of ``selector``, in inventory order."""
+        if not selector:
+            return self.nodes
+        buckets = [self._label_index(key).get(value, []) for key, value in selector.items()]
+        smallest = min(buckets, key=len)
+        return [n for n in smallest if all(n.labels.get(k) == v for k, v in selector.items())]
+
+    def _label_index(self, key: str) -> dict[str, list[NodeFacts]]:
+        index = self._by_label.get(key)
+        if index is None:
+            index = {}
+            for node in self.nodes:
+                value = node.labels.get(key)
+                if value is not None:
+                    index.setdefault(value, []).append(node)
+            self._by_label[key] = index
+        return index
 
 
 def _quantity_int(value: Any) -> int:
