@@ -144,3 +144,25 @@ def test_a_spec_the_api_server_should_have_refused_gets_invalid_spec_once() -> N
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["BackendResolved"]["reason"] == "InvalidSpec"
     assert 'spec.moeBackend: Invalid value: "megamoe"' in conditions["Ready"]["message"]
+
+
+def test_an_object_is_parsed_once_per_generation(monkeypatch: Any) -> None:
+    from deepseek_operator.controller import reconcile as reconcile_module
+
+    parsed: list[int] = []
+    real = reconcile_module.parse_serving
+
+    def counting(obj: dict[str, Any]) -> Any:
+        parsed.append(obj["metadata"]["generation"])
+        return real(obj)
+
+    monkeypatch.setattr(reconcile_module, "parse_serving", counting)
+    rec = Reconciler(FakeKube())  # type: ignore[arg-type]
+    inv = make_inventory([node(f"gb{i}", agent=agent_labels()) for i in range(2)])
+    body = _body("a")
+    for _ in range(3):  # child events, node churn: the same generation
+        _run(rec, body, inv)
+    body["spec"]["replicas"] = 2
+    body["metadata"]["generation"] = 2
+    _run(rec, body, inv)
+    assert parsed == [1, 2]
