@@ -158,7 +158,7 @@ def test_an_object_is_parsed_once_per_generation(monkeypatch: Any) -> None:
 
     monkeypatch.setattr(reconcile_module, "parse_serving", counting)
     rec = Reconciler(FakeKube())  # type: ignore[arg-type]
-    inv = make_inventory([node(f"gb{i}", agent=agent_labels()) for i in range(2)])
+    inv = gb200_pool(2)
     body = _body("a")
     for _ in range(3):  # child events, node churn: the same generation
         _run(rec, body, inv)
