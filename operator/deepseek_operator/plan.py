@@ -17,10 +17,11 @@ from pydantic import ValidationError
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.status import Condition, DeepSeekServingStatus
+from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.engine.stability import PreviousDecision
-from deepseek_operator.names import LABEL_REPLICA
+from deepseek_operator.names import LWS_KIND
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
 from deepseek_operator.render.workload import render_objects
@@ -78,24 +79,14 @@ class Observed:
         )
 
     def ready_replicas(self, res: Resolution, serving: ServingObject) -> int:
-        """Replicas whose pods are all ready, from the live children's status."""
-        if res.pods_per_replica == 1:
-            deploy = self.children.get(("Deployment", serving.name)) or {}
-            return int((deploy.get("status") or {}).get("readyReplicas") or 0)
-        ready = 0
-        for replica in range(serving.spec.replicas):
-            sets = [
-                body
-                for (kind, _), body in self.children.items()
-                if kind == "StatefulSet"
-                and (body.get("metadata", {}).get("labels") or {}).get(LABEL_REPLICA)
-                == str(replica)
-            ]
-            if len(sets) == res.pods_per_replica and all(
-                int((s.get("status") or {}).get("readyReplicas") or 0) >= 1 for s in sets
-            ):
-                ready += 1
-        return ready
+        """Replicas whose pods are all ready, from the live children's status.
+
+        Single-pod replicas: the Deployment's ready pods. Multi-pod replicas: the
+        LeaderWorkerSet's ready groups (LWS counts a group ready when all its pods are).
+        """
+        kind = "Deployment" if res.pods_per_replica == 1 else LWS_KIND
+        child = self.children.get((kind, serving.name)) or {}
+        return int((child.get("status") or {}).get("readyReplicas") or 0)
 
 
 @dataclass(frozen=True)
@@ -112,9 +103,18 @@ class Plan:
         return status_dict(self.status)
 
 
-def plan(serving: ServingObject, inventory: NodeInventory, observed: Observed, now: str) -> Plan:
-    """Decide, render and build the status of ``serving`` on ``inventory`` (pure; ``now`` passed in)."""
-    res = resolve(serving.spec, inventory, observed.previous_decision())
+def plan(
+    serving: ServingObject,
+    inventory: NodeInventory,
+    observed: Observed,
+    now: str,
+    apis: ClusterApis | None = None,
+) -> Plan:
+    """Decide, render and build the status of ``serving`` on ``inventory`` (pure; ``now`` passed in).
+
+    ``apis``: what the cluster serves (LeaderWorkerSet, ComputeDomain); default: both.
+    """
+    res = resolve(serving.spec, inventory, observed.previous_decision(), apis)
     status = build_status(
         res,
         generation=serving.generation,

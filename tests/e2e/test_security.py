@@ -8,7 +8,7 @@
   server identities (admin impersonation, ``kubectl --as``), authorized by real RBAC.
 * A namespaced install (``operator.watchNamespaces``): the operator, run with the chart's
   arguments and a token of the chart's own ServiceAccount, serves its watched namespace without a
-  single refusal, and that ServiceAccount can write no Deployment, StatefulSet or Service in
+  single refusal, and that ServiceAccount can write no Deployment, LeaderWorkerSet or Service in
   ``kube-system`` (nor in any other namespace).
 """
 
@@ -158,13 +158,16 @@ def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_use
         )
         err = create_as(cp, user, doc).stderr
         assert f"{user} may not create deployments.apps in namespace {namespace}" in err, err
-        # A replica spanning pods needs statefulsets instead.
+        # A replica spanning pods needs a LeaderWorkerSet instead.
         multi = serving(
             namespace,
             parallelism={"dataParallelSize": 2, "dataParallelSizeLocal": 1},
         )
         err = create_as(cp, user, multi).stderr
-        assert f"{user} may not create statefulsets.apps in namespace {namespace}" in err, err
+        assert (
+            f"{user} may not create leaderworkersets.leaderworkerset.x-k8s.io in namespace "
+            f"{namespace}" in err
+        ), err
 
         grant(
             cp,
@@ -331,7 +334,7 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
 
         for verb, resource in (
             ("create", "deployments.apps"),
-            ("patch", "statefulsets.apps"),
+            ("patch", "leaderworkersets.leaderworkerset.x-k8s.io"),
             ("create", "services"),
             ("delete", "deployments.apps"),
         ):

@@ -198,7 +198,7 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
             assert b["subjects"] == binding["subjects"]
             assert b["roleRef"]["kind"] == "Role"
         namespaced = {r for rule in roles[0]["rules"] for r in rule["resources"]}
-        assert {"deployments", "statefulsets", "services", "kopfpeerings"} <= namespaced
+        assert {"deployments", "leaderworkersets", "services", "kopfpeerings"} <= namespaced
         assert "clusterkopfpeerings" not in namespaced
     else:
         assert roles == [] and by_kind(docs, "RoleBinding") == []

@@ -174,25 +174,6 @@ def test_unrunnable_explicit_backend_pins_pods_off_every_candidate() -> None:
     ]
 
 
-def test_multi_pod_replicas_render_head_and_headless_workers() -> None:
-    obj = _obj(
-        replicas=2,
-        parallelism={"tensorParallelSize": 4, "dataParallelSize": 4, "dataParallelSizeLocal": 2},
-    )
-    res = resolve(obj.spec, inventory(*(node(f"b{i}", "NVIDIA-B200") for i in range(4))))
-    assert res.pods_per_replica == 2 and res.gpus_per_pod == 8
-    objects = render_objects(obj, res)
-    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
-    assert ("StatefulSet", "dsv41-r0-n0") in kinds and ("StatefulSet", "dsv41-r1-n1") in kinds
-    assert kinds[-1] == ("Service", "dsv41")
-    worker = next(o for o in objects if o["metadata"]["name"] == "dsv41-r1-n1")
-    args = worker["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--headless" in args
-    assert args[args.index("--data-parallel-start-rank") + 1] == "2"
-    assert args[args.index("--data-parallel-address") + 1] == "dsv41-r1-n0-0.dsv41-r1.llm.svc"
-    assert "startupProbe" not in worker["spec"]["template"]["spec"]["containers"][0]
-
-
 def test_status_conditions_and_stable_transition_times() -> None:
     res = resolve(spec(), gb200_pool())
     first = build_status(res, generation=3, ready_replicas=0, now="2026-01-01T00:00:00Z")

@@ -77,8 +77,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   verbs: ["patch"]
 # The rendered children, written by server-side apply (patch) and watched for drift.
 - apiGroups: ["apps"]
-  resources: ["deployments", "statefulsets"]
+  resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Multi-pod replicas: one LeaderWorkerSet (sigs.k8s.io/lws) per DeepSeekServing.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- if .Values.computeDomain.enabled }}
+# Multi-node NVLink: one ComputeDomain (NVIDIA DRA driver, IMEX channels) per DeepSeekServing.
+- apiGroups: ["resource.nvidia.com"]
+  resources: ["computedomains"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]

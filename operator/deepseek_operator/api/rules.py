@@ -31,15 +31,16 @@ VLLM_MEGA_MOE_REQUIRES_EP = (
 # Bounds (issue 11). Kubernetes keeps replica counts in int32 and vLLM its sizes in C ints; the
 # bounds below keep every number, and every product the operator computes from them (GPUs per
 # pod, pods per serving, EP size), far from any overflow, and cap how many objects one
-# DeepSeekServing can make the operator create (a Service and a StatefulSet per pod at most).
+# DeepSeekServing can make the operator create (a Service, a LeaderWorkerSet and its pods).
 INT32_MAX = 2**31 - 1
 MAX_REPLICAS = 1024
 MAX_PARALLEL_SIZE = 1024
 MAX_GPUS_PER_REPLICA = 16384
 MAX_PODS_PER_SERVING = 1024
-# Longest metadata.name: the deepest child name is the StatefulSet ``<name>-r<replica>-n<rank>``
-# (12 more characters at 1,024 pods), whose ``controller-revision-hash`` label value adds 11 more
-# and must stay a 63-character label value.
+# Longest metadata.name: the deepest child names are LeaderWorkerSet's worker StatefulSet
+# ``<name>-<group>`` and its pods ``<name>-<group>-<index>`` (at most 10 more characters at 1,024
+# pods), whose ``controller-revision-hash`` label value adds 11 more and must stay a 63-character
+# label value; the IMEX channel template is ``<name>-imex-channel``.
 MAX_NAME_LENGTH = 40
 
 # Flags the operator renders from typed fields; setting them again in extraArgs would make the
@@ -470,7 +471,7 @@ NAME_RULE = NameRule(
     message=(
         "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting "
         f"with a letter and ending with a letter or digit) of at most {MAX_NAME_LENGTH} "
-        "characters: the operator names Services and StatefulSets after it"
+        "characters: the operator names Services and LeaderWorkerSets after it"
     ),
 )
 

@@ -67,6 +67,12 @@ class Resolved(ApiModel):
     eligible_nodes: int = 0
     """Nodes where the decision holds and the pod fits."""
 
+    clique_label: str | None = None
+    """Multi-pod replicas on multi-node NVLink trays: the node label naming the NVLink clique each group is confined to (nvidia.com/gpu.clique or gpu.deepseek-operator.io/mnnvl.clique)."""
+
+    nvlink_cliques: list[str] | None = None
+    """NVLink cliques (<ClusterUUID>.<CliqueId>) whose eligible nodes can hold a whole multi-pod group."""
+
     @field_validator("moe_backend")
     @classmethod
     def _normalise_moe_backend(cls, value: str) -> str:
@@ -78,7 +84,7 @@ class Condition(ApiModel):
     """A metav1.Condition."""
 
     type: str
-    """Condition type: BackendResolved, Placeable or Ready."""
+    """Condition type: BackendResolved, Placeable, Ready or (multi-node NVLink replicas) ComputeDomain."""
 
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
@@ -118,4 +124,4 @@ class DeepSeekServingStatus(ApiModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """BackendResolved, Placeable and Ready."""
+    """BackendResolved, Placeable and Ready; ComputeDomain for multi-node NVLink replicas."""

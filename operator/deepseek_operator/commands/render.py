@@ -20,8 +20,10 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.api.status import DeepSeekServingStatus
+from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
+from deepseek_operator.names import LWS_KIND
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
 from deepseek_operator.render.status import status_dict
@@ -133,17 +135,29 @@ def _text_report(
     for c in status.conditions:
         lines.append(f"  {c.type:<15}  {c.status:<6}  {c.reason:<20}  {c.message}")
     lines.append("")
+    if res.clique_key is not None:
+        lines.append(
+            f"  NVLink cliques ({res.clique_key}) that can hold a {res.pods_per_replica}-pod group: "
+            + (", ".join(res.placement.holding_cliques) or "none")
+        )
     lines.append("  objects: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))
-    args: list[str] = next(
-        (
-            o["spec"]["template"]["spec"]["containers"][0]["args"]
-            for o in objects
-            if o["kind"] in ("Deployment", "StatefulSet")
-        ),
-        [],
-    )
-    lines.append("  vllm serve " + " ".join(args))
+    for title, args in _pod_args(objects):
+        lines.append(f"  {title}vllm serve " + " ".join(args))
     return "\n".join(lines) + "\n"
+
+
+def _pod_args(objects: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The vllm argv of each pod template: the Deployment's, or the LWS leader's (first, untitled)
+    and worker's."""
+    out: list[tuple[str, list[str]]] = []
+    for o in objects:
+        if o["kind"] == "Deployment":
+            out.append(("", o["spec"]["template"]["spec"]["containers"][0]["args"]))
+        elif o["kind"] == LWS_KIND:
+            tmpl = o["spec"]["leaderWorkerTemplate"]
+            for title, key in (("", "leaderTemplate"), ("worker: ", "workerTemplate")):
+                out.append((title, tmpl[key]["spec"]["containers"][0]["args"]))
+    return out
 
 
 NAME = "render"
@@ -161,6 +175,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--from-cluster", action="store_true", help="read the Nodes from the current kubeconfig"
     )
     parser.add_argument("-o", "--output", choices=("text", "yaml", "json"), default="text")
+    parser.add_argument(
+        "--no-leaderworkerset",
+        dest="leader_worker_set",
+        action="store_false",
+        help="preview a cluster without the LeaderWorkerSet CRD (default: installed)",
+    )
+    parser.add_argument(
+        "--no-compute-domain",
+        dest="compute_domain",
+        action="store_false",
+        help="preview a cluster without NVIDIA's ComputeDomain CRD (default: installed)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -175,7 +201,10 @@ def run(args: argparse.Namespace) -> int:
             raw_nodes = []
         inventory = build_inventory(raw_nodes)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        planned = plan(obj, inventory, Observed.offline(), now)
+        apis = ClusterApis(
+            leader_worker_set=args.leader_worker_set, compute_domain=args.compute_domain
+        )
+        planned = plan(obj, inventory, Observed.offline(), now, apis)
     except SpecError as exc:
         sys.stderr.write(f"error: {args.filename}: {exc.one_line()}\n")
         return 1

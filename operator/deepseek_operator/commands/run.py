@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
+    parser.add_argument(
+        "--no-compute-domain",
+        dest="compute_domain",
+        action="store_false",
+        help="never create NVIDIA ComputeDomains (IMEX channels) for multi-node NVLink replicas",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +31,16 @@ from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import NodeWatch
 from deepseek_operator.controller.reconcile import Reconciler
+from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
+    COMPUTE_DOMAIN_API_VERSION,
+    COMPUTE_DOMAIN_KIND,
     GROUP,
     KOPF_ANNOTATION_PREFIX,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
+    LWS_API_VERSION,
+    LWS_KIND,
     MANAGED_BY,
     PLURAL,
     VERSION,
@@ -46,6 +52,9 @@ log = logging.getLogger("deepseek_operator.controller")
 
 NODE_DEBOUNCE_S = 1.0
 CHILD_DEBOUNCE_S = 0.2
+API_RECHECK_S = 30.0
+LWS_GROUP, LWS_VERSION = LWS_API_VERSION.split("/")
+CD_GROUP, CD_VERSION = COMPUTE_DOMAIN_API_VERSION.split("/")
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
 
 ServingKey = tuple[str, str]  # (namespace, name)
@@ -70,7 +79,8 @@ class Indexes:
             servings=kwargs["serving_index"],
             children=(
                 kwargs["deployment_index"],
-                kwargs["statefulset_index"],
+                kwargs["leaderworkerset_index"],
+                kwargs["computedomain_index"],
                 kwargs["service_index"],
             ),
         )
@@ -89,6 +99,30 @@ class Indexes:
         return live
 
 
+class ClusterApiProbe:
+    """What add-on APIs the cluster serves, from discovery, re-checked at most every
+    :data:`API_RECHECK_S` seconds (an add-on installed or removed later is seen)."""
+
+    def __init__(self, kube: KubeClient, compute_domain_enabled: bool) -> None:
+        self.kube = kube
+        self.compute_domain_enabled = compute_domain_enabled
+        self._checked_at = -API_RECHECK_S
+        self._apis = ClusterApis(compute_domain_enabled=compute_domain_enabled)
+
+    def current(self) -> ClusterApis:
+        """The cached answer, refreshed when stale (runs in a worker thread: it may block)."""
+        now = time.monotonic()
+        if now - self._checked_at >= API_RECHECK_S:
+            self.kube.forget_resources()
+            self._apis = ClusterApis(
+                leader_worker_set=self.kube.served(LWS_API_VERSION, LWS_KIND),
+                compute_domain=self.kube.served(COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_KIND),
+                compute_domain_enabled=self.compute_domain_enabled,
+            )
+            self._checked_at = now
+        return self._apis
+
+
 class OperatorState:
     """The operator process's state: API client, reconciler, node tracker and pending reconciles.
 
@@ -96,9 +130,10 @@ class OperatorState:
     :meth:`__copy__` returns the one instance every handler must share.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, compute_domain_enabled: bool = True) -> None:
         self.kube = KubeClient()
-        self.reconciler = Reconciler(self.kube, post_event=_post_event)
+        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
+        self.reconciler = Reconciler(self.kube, post_event=_post_event, apis_of=self.apis.current)
         self.nodes = NodeTracker()
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
         self.node_watch: NodeWatch | None = None
@@ -236,11 +271,19 @@ def deployment_index(
     return _child_entry(namespace, name, body)
 
 
-@kopf.index("apps", "v1", "statefulsets", labels=CHILD_LABELS)
-def statefulset_index(
+@kopf.index(LWS_GROUP, LWS_VERSION, "leaderworkersets", labels=CHILD_LABELS)
+def leaderworkerset_index(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[ServingKey, ChildEntry]:
-    """(namespace, owner) → our StatefulSets."""
+    """(namespace, owner) → our LeaderWorkerSets (kopf waits for the CRD if it is absent)."""
+    return _child_entry(namespace, name, body)
+
+
+@kopf.index(CD_GROUP, CD_VERSION, "computedomains", labels=CHILD_LABELS)
+def computedomain_index(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[ServingKey, ChildEntry]:
+    """(namespace, owner) → our ComputeDomains (kopf waits for the CRD if it is absent)."""
     return _child_entry(namespace, name, body)
 
 
@@ -274,7 +317,8 @@ async def reconcile_serving(
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
-@kopf.on.event("apps", "v1", "statefulsets", labels=CHILD_LABELS)
+@kopf.on.event(LWS_GROUP, LWS_VERSION, "leaderworkersets", labels=CHILD_LABELS)
+@kopf.on.event(CD_GROUP, CD_VERSION, "computedomains", labels=CHILD_LABELS)
 @kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
 async def child_changed(
     namespace: str | None, type: str, body: kopf.Body, memo: OperatorState, **kwargs: Any

@@ -152,6 +152,24 @@ class KubeClient:
             raise KubeError(f"the API server does not serve kind {kind} in {api_version}")
         return found[key]
 
+    def forget_resources(self) -> None:
+        """Drop the discovery cache (kinds come and go with their CRDs)."""
+        with self._lock:
+            self._resources.clear()
+
+    def served(self, api_version: str, kind: str) -> bool:
+        """Whether the API server serves ``kind`` of ``api_version`` (asks discovery again when
+        it was not known to, so an add-on installed later is seen)."""
+        try:
+            self.resource(api_version, kind)
+        except KubeError:
+            return False
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:  # the whole group-version is absent
+                return False
+            raise
+        return True
+
     def object_path(self, obj: dict[str, Any]) -> str:
         """REST path of a child object."""
         meta = obj["metadata"]

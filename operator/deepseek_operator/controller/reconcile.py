@@ -20,6 +20,7 @@ from typing import Any
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import (
@@ -71,9 +72,15 @@ def _now() -> str:
 class Reconciler:
     """Reconciles DeepSeekServings one at a time each (a lock per object)."""
 
-    def __init__(self, kube: KubeClient, post_event: Any = None) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        post_event: Any = None,
+        apis_of: Callable[[], ClusterApis] | None = None,
+    ) -> None:
         self.kube = kube
         self.post_event = post_event  # callable(body, type, reason, message) or None
+        self.apis_of = apis_of or ClusterApis  # what the cluster serves (blocking: discovery)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         # The last status we wrote (with its resourceVersion) and the last apply responses, so a
         # reconcile that runs before the watch delivers our own writes does not redo them.
@@ -190,7 +197,8 @@ class Reconciler:
     ) -> Outcome:
         obj = self._parse(body)
         observed = Observed.from_body(body, live)
-        planned = plan(obj, inventory, observed, _now())
+        apis = await asyncio.to_thread(self.apis_of)
+        planned = plan(obj, inventory, observed, _now(), apis)
         res = planned.resolution
         outcome = Outcome(resolution=res)
         desired = planned.objects

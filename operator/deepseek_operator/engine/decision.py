@@ -17,6 +17,8 @@ Every check is evaluated (the chain never short-circuits), so the status shows t
 
 from __future__ import annotations
 
+import dataclasses
+
 from deepseek_operator.api.backends import (
     AUTO,
     DEEP_GEMM_MEGA_MOE,
@@ -26,49 +28,105 @@ from deepseek_operator.api.backends import (
 )
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine import node_checks, spec_checks
-from deepseek_operator.engine.checks import VLLM_SM100_ONLY, CheckCategory, CheckResult, failed
+from deepseek_operator.engine.checks import (
+    VLLM_SM100_ONLY,
+    CheckCategory,
+    CheckResult,
+    failed,
+    short_list,
+)
+from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.layout import layout_of
 from deepseek_operator.engine.model_facts import model_facts
-from deepseek_operator.engine.placement import Requirement, candidates
+from deepseek_operator.engine.placement import Requirement, candidates, pool_clique_key
 from deepseek_operator.engine.resolution import DecisionInputs, Resolution
 from deepseek_operator.engine.stability import PreviousDecision, keep_previous
 from deepseek_operator.names import (
     REASON_EXPLICIT,
     REASON_KEPT_AUTO,
+    REASON_LWS_NOT_INSTALLED,
     REASON_MEGA_MOE_SELECTED,
     failed_reason,
 )
 from deepseek_operator.nodes.facts import NodeInventory
+
+LOCAL_DATA_PARALLEL = "LocalDataParallel"
+"""R10's check name: auto's exclusion of remote DP ranks."""
 
 
 def resolve(
     spec: DeepSeekServingSpec,
     inventory: NodeInventory,
     previous: PreviousDecision | None = None,
+    apis: ClusterApis | None = None,
 ) -> Resolution:
-    """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``."""
+    """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``.
+
+    A replica of several pods (remote DP) is one LeaderWorkerSet group; in a pool of multi-node
+    NVLink trays every group is confined to one NVLink clique (``apis`` says what the cluster
+    serves: LeaderWorkerSet, NVIDIA's ComputeDomain).
+    """
+    apis = apis or ClusterApis()
     facts = model_facts(spec.model)
+    cands = candidates(spec, inventory)
+    layout = layout_of(spec, facts.vram_minimum_gb)
+    multi_pod = layout.pods_per_replica > 1
     inputs = DecisionInputs(
         spec=spec,
         facts=facts,
-        candidates=candidates(spec, inventory),
-        layout=layout_of(spec, facts.vram_minimum_gb),
+        candidates=cands,
+        layout=layout,
+        clique_key=pool_clique_key(cands) if multi_pod else None,
     )
     requested = spec.moe_backend
     if requested == AUTO:
-        fresh = _decide_auto(inputs)
-        if previous is not None and previous.moe_backend != fresh.moe_backend:
-            return keep_previous(inputs, fresh, previous)
-        return fresh
-    if requested in MEGA_MOE_BACKENDS:
-        return _decide_explicit_mega_moe(inputs, requested)
-    return _decide_explicit_other(inputs, requested)
+        res = _decide_auto(inputs)
+        if previous is not None and previous.moe_backend != res.moe_backend:
+            res = keep_previous(inputs, res, previous)
+    elif requested in MEGA_MOE_BACKENDS:
+        res = _decide_explicit_mega_moe(inputs, requested)
+    else:
+        res = _decide_explicit_other(inputs, requested)
+    if not multi_pod:
+        return res
+    return _multi_pod(res, inputs, apis)
+
+
+def _multi_pod(res: Resolution, inputs: DecisionInputs, apis: ClusterApis) -> Resolution:
+    """A multi-pod decision on this cluster: LeaderWorkerSet served, IMEX channels per pod."""
+    mode = apis.compute_domain_mode(needed=inputs.clique_key is not None)
+    res = dataclasses.replace(res, compute_domain=mode, leader_worker_set=apis.leader_worker_set)
+    lws = node_checks.leader_worker_set(apis.leader_worker_set, inputs.layout.pods_per_replica)
+    if apis.leader_worker_set:
+        return dataclasses.replace(res, checks=(*res.checks, lws))
+    placement = dataclasses.replace(
+        res.placement, placeable=False, reason=REASON_LWS_NOT_INSTALLED, message=lws.message
+    )
+    return dataclasses.replace(res, checks=(*res.checks, lws), placement=placement)
+
+
+def _explicit_layout_hint(inputs: DecisionInputs) -> str:
+    """What explicit multi-node MegaMoE layout the pool allows, for auto's remote-DP message."""
+    layout = inputs.layout
+    if layout.pods_per_replica <= 1 or inputs.clique_key is None:
+        return ""
+    placement = inputs.place(inputs.requirement(Requirement.MEGA_MOE))
+    holding = placement.holding_cliques
+    if not holding:
+        return ""
+    return (
+        f". This pool would allow it explicitly: moeBackend deep_gemm_mega_moe with "
+        f"{layout.pods_per_replica} pods of {layout.gpus_per_pod} GPUs per replica, each group "
+        f"inside one NVLink clique ({short_list(list(holding))}; capacity "
+        f"{placement.capacity} replica(s))"
+    )
 
 
 def _memory_check(inputs: DecisionInputs) -> CheckResult:
+    # Memory alone: a node outside every NVLink clique is left out by the clique check, not here.
     return node_checks.gpu_memory(
         inputs.candidates,
-        inputs.requirement(Requirement.ANY_GPU),
+        dataclasses.replace(inputs.requirement(Requirement.ANY_GPU), clique_key=None),
         inputs.facts,
         inputs.layout.gpus_per_replica,
     )
@@ -112,6 +170,8 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
     any_gpu = inputs.requirement(Requirement.ANY_GPU)
     first = failures[0]
     message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
+    if first.name == LOCAL_DATA_PARALLEL:
+        message += _explicit_layout_hint(inputs)
     return inputs.resolution(
         AUTO,
         failed_reason(first.name),
@@ -144,10 +204,17 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
         checks.append(spec_checks.flashinfer_architecture(facts, backend))
     checks.append(spec_checks.cuda_platform(spec, "A10"))
     checks.append(_memory_check(inputs))
+    if layout.pods_per_replica > 1:
+        # Across nodes the EP group's all-to-all needs NVLink between every rank: one clique.
+        checks.append(
+            node_checks.nvlink_clique(inputs.place(node_requirement), inputs.clique_key, "A11")
+        )
     # A spec guard no node can satisfy pins the pods to no node; a node guard pins to its nodes.
     spec_failures = [c for c in failed(checks) if c.category is CheckCategory.SPEC]
     if spec_failures:
         requirement = inputs.requirement(Requirement.NONE, spec_failures[0].name)
+    elif layout.pods_per_replica > 1 and inputs.clique_key is None:
+        requirement = inputs.requirement(Requirement.NONE, "NVLinkClique")
     else:
         requirement = node_requirement
     placement = inputs.place(requirement)

@@ -14,6 +14,7 @@ from deepseek_operator.engine.checks import (
 )
 from deepseek_operator.engine.model_facts import ModelFacts
 from deepseek_operator.engine.placement import NodeRequirement, Placement
+from deepseek_operator.names import LWS_INSTALL_HINT
 from deepseek_operator.nodes.facts import NodeFacts
 
 NODES = CheckCategory.NODES
@@ -135,4 +136,55 @@ def capacity(placement: Placement, replicas: int, name: str = "Capacity") -> Che
         "",
         placement.placeable,
         f"eligible nodes hold {placement.capacity} replica(s) of {placement.gpus_per_pod} GPUs; {replicas} wanted",
+    )
+
+
+def nvlink_clique(placement: Placement, clique_key: str | None, rule: str) -> CheckResult:
+    """A multi-node group fits in one NVLink clique (GB200/GB300 NVL72 trays).
+
+    vLLM's symmetric-memory all-to-all (MegaMoE) needs NVLink between every rank of the EP group,
+    across trays only within one multi-node NVLink clique (vllm-rules.md §6.6).
+    """
+    group = f"{placement.pods_per_replica}-pod group of {placement.gpus_per_pod}-GPU pods"
+    if clique_key is None:
+        return check(
+            "NVLinkClique",
+            NODES,
+            rule,
+            False,
+            f"no candidate node is in a usable NVLink clique (no nvidia.com/gpu.clique or agent "
+            f"mnnvl.clique label with a ready fabric), so a {group} cannot share NVLink",
+        )
+    holding = [c for c in placement.cliques if c.groups > 0]
+    others = [c for c in placement.cliques if c.groups == 0]
+    message = (
+        f"{len(holding)} NVLink clique(s) can hold a {group}"
+        + (": " + "; ".join(c.describe() for c in holding) if holding else "")
+        + (
+            "; too small: " + "; ".join(f"{c.clique}: {c.pods} pod(s)" for c in others)
+            if others
+            else ""
+        )
+    )
+    return check("NVLinkClique", NODES, rule, bool(holding), message)
+
+
+def leader_worker_set(installed: bool, pods_per_replica: int) -> CheckResult:
+    """A multi-pod replica needs the LeaderWorkerSet API on the cluster."""
+    if installed:
+        return check(
+            "LeaderWorkerSet",
+            CheckCategory.PLACEMENT,
+            "",
+            True,
+            f"LeaderWorkerSet is served: one group of {pods_per_replica} pods per replica",
+        )
+    return check(
+        "LeaderWorkerSet",
+        CheckCategory.PLACEMENT,
+        "",
+        False,
+        f"a replica spans {pods_per_replica} pods, which needs a LeaderWorkerSet "
+        f"(leaderworkerset.x-k8s.io/v1), and the cluster does not serve that API: "
+        f"{LWS_INSTALL_HINT}",
     )

@@ -13,8 +13,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from deepseek_operator import names
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.nodes.facts import NodeFacts, NodeInventory
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, fabric_usable
 from deepseek_operator.nodes.taints import blocking_taints
 
 # Agent sm-family values with compute capability >= 10.0 (FlashInfer moe_ep's guard, A9).
@@ -40,6 +41,9 @@ class NodeRequirement:
     # Per-GPU memory a pod needs (MiB); 0 = no memory check. Nodes whose memory labels are
     # absent are admitted (nothing to check against), exactly as the affinity terms do.
     min_gpu_memory_mib: int = 0
+    # Multi-node groups confined to one NVLink clique: the node label that names the clique
+    # (nvidia.com/gpu.clique or the agent's mnnvl.clique); None = no clique needed.
+    clique_key: str | None = None
 
     def admits(self, node: NodeFacts) -> bool:
         """Whether the decision holds on ``node`` (GPU count aside)."""
@@ -56,6 +60,11 @@ class NodeRequirement:
                 f"GPU memory {memory} MiB ({node.memory_source}) below the "
                 f"{self.min_gpu_memory_mib} MiB per GPU the checkpoint needs"
             )
+        if self.clique_key is not None and not (
+            node.labels.get(self.clique_key) and fabric_usable(node.labels)
+        ):
+            state = node.fabric_state or "no agent fabric state"
+            return f"in no usable NVLink clique (no {self.clique_key} label or fabric {state})"
         if kind is Requirement.ANY_GPU:
             return ""
         if kind is Requirement.CC_AT_LEAST_10:
@@ -71,6 +80,20 @@ class NodeRequirement:
 
 
 @dataclass(frozen=True)
+class CliqueCapacity:
+    """One NVLink clique among the eligible nodes and how many whole groups it holds."""
+
+    clique: str
+    nodes: int
+    pods: int  # pods of gpus_per_pod GPUs its eligible nodes hold
+    groups: int  # whole multi-node groups (pods // pods_per_replica)
+
+    def describe(self) -> str:
+        """``<clique>: 4 nodes, 2 group(s)``."""
+        return f"{self.clique}: {self.nodes} node(s), {self.groups} group(s)"
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where the pods may go and whether every replica fits."""
 
@@ -82,6 +105,14 @@ class Placement:
     capacity: int
     placeable: bool
     message: str
+    # Per clique, when multi-node groups are confined to one clique (else empty).
+    cliques: tuple[CliqueCapacity, ...] = ()
+    reason: str = ""  # the Placeable condition's reason when not placeable ("" = the default)
+
+    @property
+    def holding_cliques(self) -> tuple[str, ...]:
+        """The cliques that can hold at least one whole group."""
+        return tuple(c.clique for c in self.cliques if c.groups > 0)
 
 
 def _base_rejection(spec: DeepSeekServingSpec, node: NodeFacts) -> str:
@@ -119,6 +150,7 @@ def place(
     eligible: list[str] = []
     pods = 0
     rejected: list[tuple[str, str]] = []
+    per_clique: dict[str, list[int]] = {}  # clique -> [nodes, pods]
     for node in cands:
         why = requirement.why_not(node)
         if not why:
@@ -126,15 +158,32 @@ def place(
             if gpus >= gpus_per_pod:
                 eligible.append(node.name)
                 pods += gpus // gpus_per_pod
+                if requirement.clique_key is not None:
+                    entry = per_clique.setdefault(node.labels[requirement.clique_key], [0, 0])
+                    entry[0] += 1
+                    entry[1] += gpus // gpus_per_pod
                 continue
             why = f"{gpus} allocatable {resource} < {gpus_per_pod} per pod"
         rejected.append((node.name, why))
-    capacity = pods // pods_per_replica if pods_per_replica else 0
+    cliques = tuple(
+        CliqueCapacity(clique, n, p, p // pods_per_replica if pods_per_replica else 0)
+        for clique, (n, p) in sorted(per_clique.items())
+    )
+    if requirement.clique_key is not None:
+        # A group never straddles two cliques: count whole groups per clique.
+        capacity = sum(c.groups for c in cliques)
+    else:
+        capacity = pods // pods_per_replica if pods_per_replica else 0
     placeable = capacity >= spec.replicas and requirement.kind is not Requirement.NONE
     message = (
         f"{len(eligible)}/{len(cands)} candidate nodes can host a {gpus_per_pod}-GPU pod "
         f"(capacity {capacity} replica(s), {spec.replicas} wanted)"
     )
+    if requirement.clique_key is not None:
+        message += (
+            f"; each {pods_per_replica}-pod group stays in one NVLink clique ({requirement.clique_key}): "
+            + ("; ".join(c.describe() for c in cliques) if cliques else "no clique among them")
+        )
     if rejected and (not placeable or len(rejected) <= 5):
         message += "; rejected: " + _summarise(rejected)
     return Placement(
@@ -146,7 +195,24 @@ def place(
         capacity=capacity,
         placeable=placeable,
         message=message,
+        cliques=cliques,
     )
+
+
+def pool_clique_key(nodes: Sequence[NodeFacts]) -> str | None:
+    """The label that names the NVLink clique of every clique node among ``nodes``, or None.
+
+    The agent's ``mnnvl.clique`` when every node in a usable clique carries it (it also states
+    fabric health), else GFD's ``nvidia.com/gpu.clique``. None: no node is in a usable clique
+    (not a multi-node NVLink pool). One key for the pool, because a pod-affinity topology key is
+    one label.
+    """
+    in_clique = [n for n in nodes if n.clique is not None]
+    if not in_clique:
+        return None
+    if all(n.labels.get(names.AGENT_MNNVL_CLIQUE) for n in in_clique):
+        return names.AGENT_MNNVL_CLIQUE
+    return names.GFD_CLIQUE
 
 
 def _summarise(rejected: Sequence[tuple[str, str]], limit: int = 8) -> str:

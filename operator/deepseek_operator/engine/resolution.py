@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine.checks import CheckResult, failed
+from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.layout import Layout, sequence_parallel
 from deepseek_operator.engine.model_facts import ModelFacts
 from deepseek_operator.engine.placement import NodeRequirement, Placement, Requirement, place
@@ -34,6 +35,11 @@ class Resolution:
     placement: Placement
     checks: tuple[CheckResult, ...]
     model: ModelFacts
+    # Multi-node NVLink: the label that names each group's clique (None: groups not confined)
+    # and whether each pod gets an IMEX channel from a ComputeDomain.
+    clique_key: str | None = None
+    compute_domain: ComputeDomainMode = ComputeDomainMode.NOT_NEEDED
+    leader_worker_set: bool = True  # the cluster serves LeaderWorkerSet (multi-pod replicas)
 
     @property
     def eligible_nodes(self) -> tuple[str, ...]:
@@ -54,6 +60,7 @@ class DecisionInputs:
     facts: ModelFacts
     candidates: Sequence[NodeFacts]
     layout: Layout
+    clique_key: str | None = None  # multi-node groups stay in one clique named by this label
 
     @property
     def sm100_candidates(self) -> list[NodeFacts]:
@@ -63,7 +70,10 @@ class DecisionInputs:
     def requirement(self, kind: Requirement, reason: str = "") -> NodeRequirement:
         """A node requirement that also carries the per-GPU memory the checkpoint needs."""
         return NodeRequirement(
-            kind, reason=reason, min_gpu_memory_mib=self.layout.min_gpu_memory_mib
+            kind,
+            reason=reason,
+            min_gpu_memory_mib=self.layout.min_gpu_memory_mib,
+            clique_key=self.clique_key,
         )
 
     def place(self, requirement: NodeRequirement) -> Placement:
@@ -104,4 +114,5 @@ class DecisionInputs:
             placement=placement,
             checks=tuple(checks),
             model=self.facts,
+            clique_key=self.clique_key,
         )

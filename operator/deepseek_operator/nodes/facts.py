@@ -39,6 +39,11 @@ class NodeFacts:
     nvlink_domain_size: int | None = None
     gpu_memory_mib: int | None = None
     memory_source: str | None = None
+    clique: str | None = (
+        None  # NVLink clique "<ClusterUUID>.<CliqueId>", only with a healthy fabric
+    )
+    clique_source: str | None = None  # the label key it was read from
+    fabric_state: str | None = None  # the agent's mnnvl.state, None without the agent's label
 
     @property
     def is_sm100(self) -> bool:
@@ -99,6 +104,29 @@ def _quantity_int(value: Any) -> int:
     return parsed if parsed is not None else 0
 
 
+def read_clique(labels: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The node's NVLink clique and the label key it came from, or ``(None, None)``.
+
+    GPU Feature Discovery's ``nvidia.com/gpu.clique`` first, else the agent's ``mnnvl.clique``
+    (both ``<ClusterUUID>.<CliqueId>``: a clique id is unique only with its cluster UUID). When
+    the agent reports a fabric state other than ``ready`` (pending, degraded, none), the node is
+    in no usable clique whatever GFD says: GFD refreshes its label only once a minute and does
+    not look at fabric health.
+    """
+    if not fabric_usable(labels):
+        return None, None
+    for key in (names.GFD_CLIQUE, names.AGENT_MNNVL_CLIQUE):
+        if labels.get(key):
+            return labels[key], key
+    return None, None
+
+
+def fabric_usable(labels: Mapping[str, str]) -> bool:
+    """No agent fabric state, or the agent's ``mnnvl.state`` is ``ready``."""
+    state = labels.get(names.AGENT_MNNVL_STATE)
+    return state is None or state == names.MNNVL_STATE_READY
+
+
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     """Read one Node object (as returned by the API server) into :class:`NodeFacts`."""
     meta = node.get("metadata") or {}
@@ -118,6 +146,7 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     nvlink, nvlink_source = NVLINK.read(labels)
     domain = parse_int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, ""))
     memory, memory_source = MEMORY_MIB.read(labels)
+    clique, clique_source = read_clique(labels)
 
     return NodeFacts(
         name=str(meta.get("name", "")),
@@ -135,6 +164,9 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         nvlink_domain_size=domain,
         gpu_memory_mib=memory,
         memory_source=memory_source,
+        clique=clique,
+        clique_source=clique_source,
+        fabric_state=labels.get(names.AGENT_MNNVL_STATE),
     )
 
 

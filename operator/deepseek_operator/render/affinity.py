@@ -14,9 +14,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from deepseek_operator.engine.placement import CC10_PLUS_FAMILIES, NodeRequirement, Requirement
-from deepseek_operator.names import UNRUNNABLE_KEY
+from deepseek_operator.names import (
+    AGENT_MNNVL_STATE,
+    LWS_GROUP_KEY_LABEL,
+    LWS_NAME_LABEL,
+    MNNVL_STATE_READY,
+    UNRUNNABLE_KEY,
+)
 from deepseek_operator.nodes.facts import SM100
-from deepseek_operator.nodes.precedence import COMPUTE, MEMORY_MIB, NVLINK, Expr, Term, label_in
+from deepseek_operator.nodes.precedence import (
+    COMPUTE,
+    MEMORY_MIB,
+    NVLINK,
+    Expr,
+    Term,
+    label_absent,
+    label_in,
+)
 
 
 def _conjoin(left: Term, right: Term) -> Term | None:
@@ -64,7 +78,55 @@ def affinity_terms(requirement: NodeRequirement) -> list[Term] | None:
     if requirement.min_gpu_memory_mib:
         memory = MEMORY_MIB.terms(requirement.min_gpu_memory_mib)
         terms = memory if terms is None else _product(terms, memory)
+    if requirement.clique_key is not None:
+        clique = clique_terms(requirement.clique_key)
+        terms = clique if terms is None else _product(terms, clique)
     return terms
+
+
+def clique_terms(clique_key: str) -> list[Term]:
+    """Nodes in a usable NVLink clique: the clique label set, and no agent fabric state other
+    than ``ready`` (as :func:`~deepseek_operator.nodes.facts.fabric_usable`)."""
+    present = {"key": clique_key, "operator": "Exists"}
+    return [
+        [present, label_in(AGENT_MNNVL_STATE, [MNNVL_STATE_READY])],
+        [present, label_absent(AGENT_MNNVL_STATE)],
+    ]
+
+
+def group_affinity(lws_name: str, clique_key: str) -> dict[str, Any]:
+    """Pod affinity keeping every pod of one LeaderWorkerSet group in one NVLink clique.
+
+    Required: affinity to the pods of the same group (``matchLabelKeys`` merges the pod's own
+    ``group-key`` label, which LWS's webhook sets at creation) with the clique label as topology
+    key. Preferred: anti-affinity to the other groups' pods (``mismatchLabelKeys``), so a new
+    group's leader picks a clique no other group uses when there is one. Several groups may
+    share a clique: LWS's ``exclusive-topology`` would give every group a whole NVL72 rack.
+    """
+    same_set = {"matchLabels": {LWS_NAME_LABEL: lws_name}}
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": same_set,
+                    "matchLabelKeys": [LWS_GROUP_KEY_LABEL],
+                    "topologyKey": clique_key,
+                }
+            ]
+        },
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": same_set,
+                        "mismatchLabelKeys": [LWS_GROUP_KEY_LABEL],
+                        "topologyKey": clique_key,
+                    },
+                }
+            ]
+        },
+    }
 
 
 def node_affinity(requirement: NodeRequirement) -> dict[str, Any] | None:

@@ -11,20 +11,24 @@ from dataclasses import dataclass
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine.resolution import Resolution
-from deepseek_operator.names import DP_RPC_PORT
+from deepseek_operator.names import DP_RPC_PORT, LWS_LEADER_ADDRESS_ENV, LWS_WORKER_INDEX_ENV
 
 
 @dataclass(frozen=True)
 class PodRole:
-    """Where a pod sits in a multi-pod replica (node rank 0 is the head)."""
+    """Where a pod sits in a multi-pod replica: the LeaderWorkerSet leader or a worker."""
 
-    node_rank: int = 0
-    head_address: str = ""
+    leader: bool = True
 
     @property
     def is_head(self) -> bool:
-        """True for the pod that serves HTTP."""
-        return self.node_rank == 0
+        """True for the pod that serves HTTP (the DP head)."""
+        return self.leader
+
+
+LEADER_ADDRESS = f"$({LWS_LEADER_ADDRESS_ENV})"
+WORKER_INDEX = f"$({LWS_WORKER_INDEX_ENV})"
+"""Kubernetes expands ``$(VAR)`` in args from the container's environment, which LWS fills."""
 
 
 def vllm_args(spec: DeepSeekServingSpec, res: Resolution, role: PodRole | None = None) -> list[str]:
@@ -42,9 +46,13 @@ def vllm_args(spec: DeepSeekServingSpec, res: Resolution, role: PodRole | None =
     if res.pods_per_replica > 1:
         role = role or PodRole()
         args += ["--data-parallel-size-local", str(p.dp_local)]
+        # One pod per LWS index; vLLM derives the first DP rank of a pod from its node rank
+        # (node rank x DP local), which is LWS's worker index (0 on the leader).
+        args += ["--nnodes", str(res.pods_per_replica)]
+        args += ["--node-rank", "0" if role.is_head else WORKER_INDEX]
         if not role.is_head:
-            args += ["--headless", "--data-parallel-start-rank", str(role.node_rank * p.dp_local)]
-        args += ["--data-parallel-address", role.head_address]
+            args.append("--headless")
+        args += ["--data-parallel-address", LEADER_ADDRESS]
         args += ["--data-parallel-rpc-port", str(DP_RPC_PORT)]
     if p.expert_parallel:
         args.append("--enable-expert-parallel")

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from deepseek_operator import names as N
 from deepseek_operator.api import status as S
+from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.resolution import Resolution
 
 
@@ -66,13 +67,20 @@ def build_status(
         _condition(
             N.PLACEABLE,
             placement.placeable,
-            N.REASON_ENOUGH_NODES if placement.placeable else N.REASON_INSUFFICIENT_NODES,
+            placement.reason
+            or (N.REASON_ENOUGH_NODES if placement.placeable else N.REASON_INSUFFICIENT_NODES),
             placement.message,
             generation,
             now,
             previous_conditions,
         ),
     ]
+    compute_domain = _compute_domain_condition(res)
+    if compute_domain is not None:
+        ok, reason, message = compute_domain
+        conditions.append(
+            _condition(N.COMPUTE_DOMAIN, ok, reason, message, generation, now, previous_conditions)
+        )
     all_ready = ready_replicas >= res.replicas
     if not res.backend_runnable:
         ready_reason, ready_msg = (
@@ -115,6 +123,8 @@ def build_status(
             gpus_per_pod=res.gpus_per_pod,
             pods_per_replica=res.pods_per_replica,
             eligible_nodes=len(placement.eligible),
+            clique_label=res.clique_key,
+            nvlink_cliques=list(placement.holding_cliques) if res.clique_key else None,
         ),
         decision=S.Decision(
             requested=res.requested,
@@ -125,6 +135,35 @@ def build_status(
         replicas=res.replicas,
         ready_replicas=ready_replicas,
         conditions=conditions,
+    )
+
+
+def _compute_domain_condition(res: Resolution) -> tuple[bool, str, str] | None:
+    """The ComputeDomain condition of a multi-node NVLink replica, None where none applies."""
+    mode = res.compute_domain
+    if mode is ComputeDomainMode.NOT_NEEDED:
+        return None
+    if mode is ComputeDomainMode.RENDERED:
+        return (
+            True,
+            N.REASON_COMPUTE_DOMAIN_RENDERED,
+            "each pod claims an IMEX channel from this DeepSeekServing's ComputeDomain "
+            "(NVIDIA DRA driver), so ranks on different trays can share GPU memory over NVLink",
+        )
+    if mode is ComputeDomainMode.DISABLED:
+        return (
+            False,
+            N.REASON_COMPUTE_DOMAIN_DISABLED,
+            "ComputeDomains are turned off (chart value computeDomain.enabled=false): the pods "
+            "get no IMEX channel from the operator; cross-tray NVLink needs one from elsewhere",
+        )
+    return (
+        False,
+        N.REASON_DRA_DRIVER_MISSING,
+        "the replicas span trays of a multi-node NVLink clique, which needs an IMEX channel per "
+        "workload, and the cluster has no ComputeDomain API (resource.nvidia.com/v1beta1): "
+        "install NVIDIA's DRA driver for GPUs with ComputeDomains enabled; without it the "
+        "workers fail with 'Application timeout caused pair closure' before loading weights",
     )
 
 

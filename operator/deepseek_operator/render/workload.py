@@ -1,10 +1,11 @@
 """Kubernetes manifests for a decision: pod template, Deployment + Service, or multi-pod replicas.
 
 Single-pod replicas (the normal case) are one Deployment with ``replicas`` pods and a Service.
-A replica that spans pods (``dataParallelSizeLocal < dataParallelSize``) becomes one StatefulSet
-per node rank per replica (head at rank 0, ``--headless`` workers), a headless Service per
-replica for the head address, and the Service selecting the heads. Every child carries an owner
-reference (when the owner's uid is known) and ``app.kubernetes.io/*`` labels.
+Replicas that span pods (``dataParallelSizeLocal < dataParallelSize``) are one LeaderWorkerSet
+(one group per replica: leader = DP head, ``--headless`` workers), the Service selecting the
+leaders and, on multi-node NVLink trays with NVIDIA's DRA driver, a ComputeDomain whose IMEX
+channel every pod claims. Every child carries an owner reference (when the owner's uid is known)
+and ``app.kubernetes.io/*`` labels.
 """
 
 from __future__ import annotations
@@ -12,27 +13,30 @@ from __future__ import annotations
 from typing import Any
 
 from deepseek_operator.api.load import ServingObject
+from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import (
     ANNOTATION_BACKEND,
     ANNOTATION_SEQUENCE_PARALLEL,
     API_VERSION,
-    DP_RPC_PORT,
-    DP_RPC_PORT_NAME,
+    COMPUTE_DOMAIN_API_VERSION,
+    COMPUTE_DOMAIN_CLAIM,
+    COMPUTE_DOMAIN_KIND,
     KIND,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_PART_OF,
-    LABEL_REPLICA,
     LABEL_ROLE,
     LABEL_SERVING,
+    LWS_API_VERSION,
+    LWS_KIND,
     MANAGED_BY,
     PROJECT,
     SERVING_APP_NAME,
 )
-from deepseek_operator.render.affinity import node_affinity
+from deepseek_operator.render.affinity import group_affinity, node_affinity
 from deepseek_operator.render.argv import PodRole, vllm_args
 
 # Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
@@ -144,9 +148,16 @@ def pod_template(
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, cache_volume],
         "terminationGracePeriodSeconds": 120,
     }
-    affinity = node_affinity(res.requirement)
-    if affinity is not None:
+    affinity = node_affinity(res.requirement) or {}
+    if res.pods_per_replica > 1 and res.clique_key is not None:
+        affinity.update(group_affinity(obj.name, res.clique_key))
+    if affinity:
         pod_spec["affinity"] = affinity
+    if res.compute_domain is ComputeDomainMode.RENDERED:
+        pod_spec["resourceClaims"] = [
+            {"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": channel_template_name(obj)}
+        ]
+        container["resources"]["claims"] = [{"name": COMPUTE_DOMAIN_CLAIM}]
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
@@ -202,52 +213,73 @@ def render_service(obj: ServingObject, heads_only: bool = False) -> dict[str, An
     }
 
 
+def compute_domain_name(obj: ServingObject) -> str:
+    """The DeepSeekServing's ComputeDomain."""
+    return f"{obj.name}-imex"
+
+
+def channel_template_name(obj: ServingObject) -> str:
+    """The ResourceClaimTemplate NVIDIA's driver generates for the ComputeDomain's channel."""
+    return f"{obj.name}-imex-channel"
+
+
+def render_compute_domain(obj: ServingObject) -> dict[str, Any]:
+    """One ComputeDomain for every group of the DeepSeekServing (IMEX channels, NVIDIA DRA driver).
+
+    One per DeepSeekServing, not per replica: every LeaderWorkerSet group shares one pod
+    template, so every pod names the same ResourceClaimTemplate; the driver forms one IMEX
+    domain per clique inside a ComputeDomain. ``numNodes: 0`` is the driver's recommended value
+    (its IMEX daemons start without waiting for a node count).
+    """
+    return {
+        "apiVersion": COMPUTE_DOMAIN_API_VERSION,
+        "kind": COMPUTE_DOMAIN_KIND,
+        "metadata": _metadata(obj, compute_domain_name(obj), {LABEL_COMPONENT: "imex"}),
+        "spec": {
+            "numNodes": 0,
+            "channel": {"resourceClaimTemplate": {"name": channel_template_name(obj)}},
+        },
+    }
+
+
+def render_leader_worker_set(obj: ServingObject, res: Resolution) -> dict[str, Any]:
+    """One LeaderWorkerSet: a group of ``pods_per_replica`` pods per serving replica.
+
+    The leader runs the DP head (API server, ``--node-rank 0``), the workers ``--headless`` with
+    their LWS worker index as node rank. ``RecreateGroupOnPodRestart``: vLLM's DP group cannot
+    survive one pod restarting alone, so LWS recreates the whole group. Rolling updates replace
+    one group at a time without surge (no GPUs beyond what the replicas hold).
+    """
+    leader_labels = {LABEL_COMPONENT: "serving", LABEL_ROLE: "head"}
+    worker_labels = {LABEL_COMPONENT: "serving", LABEL_ROLE: "worker"}
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
+        "spec": {
+            "replicas": obj.spec.replicas,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+            },
+            "leaderWorkerTemplate": {
+                "size": res.pods_per_replica,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": pod_template(obj, res, PodRole(leader=True), leader_labels),
+                "workerTemplate": pod_template(obj, res, PodRole(leader=False), worker_labels),
+            },
+        },
+    }
+
+
 def _multi_pod(obj: ServingObject, res: Resolution) -> list[dict[str, Any]]:
+    if not res.leader_worker_set:
+        return []  # never a half-rendered workload: Placeable=False says what to install
     out: list[dict[str, Any]] = []
-    for replica in range(obj.spec.replicas):
-        group = f"{obj.name}-r{replica}"
-        head_sts = f"{group}-n0"
-        head_address = f"{head_sts}-0.{group}.{obj.namespace}.svc"
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": _metadata(obj, group, {LABEL_REPLICA: str(replica)}),
-                "spec": {
-                    "clusterIP": "None",
-                    "publishNotReadyAddresses": True,
-                    "selector": {**selector_labels(obj), LABEL_REPLICA: str(replica)},
-                    "ports": [{"name": DP_RPC_PORT_NAME, "port": DP_RPC_PORT}],
-                },
-            }
-        )
-        for rank in range(res.pods_per_replica):
-            labels = {
-                LABEL_REPLICA: str(replica),
-                LABEL_ROLE: "head" if rank == 0 else "worker",
-                LABEL_COMPONENT: "serving",
-            }
-            role = PodRole(node_rank=rank, head_address=head_address)
-            out.append(
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "StatefulSet",
-                    "metadata": _metadata(obj, f"{group}-n{rank}", labels),
-                    "spec": {
-                        "replicas": 1,
-                        "serviceName": group,
-                        "podManagementPolicy": "Parallel",
-                        "selector": {
-                            "matchLabels": {
-                                **selector_labels(obj),
-                                LABEL_REPLICA: str(replica),
-                                LABEL_ROLE: labels[LABEL_ROLE],
-                            }
-                        },
-                        "template": pod_template(obj, res, role, labels),
-                    },
-                }
-            )
+    if res.compute_domain is ComputeDomainMode.RENDERED:
+        out.append(render_compute_domain(obj))
+    out.append(render_leader_worker_set(obj, res))
     out.append(render_service(obj, heads_only=True))
     return out
 
