@@ -55,6 +55,7 @@ CHILD_DEBOUNCE_S = 0.2
 API_RECHECK_S = 30.0
 LWS_GROUP, LWS_VERSION = LWS_API_VERSION.split("/")
 CD_GROUP, CD_VERSION = COMPUTE_DOMAIN_API_VERSION.split("/")
+ADDON_CRDS = (f"leaderworkersets.{LWS_GROUP}", f"computedomains.{CD_GROUP}")
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
 
 ServingKey = tuple[str, str]  # (namespace, name)
@@ -108,6 +109,10 @@ class ClusterApiProbe:
         self.compute_domain_enabled = compute_domain_enabled
         self._checked_at = -API_RECHECK_S
         self._apis = ClusterApis(compute_domain_enabled=compute_domain_enabled)
+
+    def invalidate(self) -> None:
+        """Ask discovery again on the next :meth:`current` (a watched CRD changed)."""
+        self._checked_at = -API_RECHECK_S
 
     def current(self) -> ClusterApis:
         """The cached answer, refreshed when stale (runs in a worker thread: it may block)."""
@@ -311,6 +316,20 @@ async def reconcile_serving(
         await memo.reconcile((str(meta.get("namespace")), str(meta.get("name"))), str(reason))
     except Exception as exc:
         raise kopf.TemporaryError(f"Reconcile failed: {exc}", delay=10) from exc
+
+
+# --- add-on CRDs (LeaderWorkerSet, ComputeDomain) ------------------------------------------------
+
+
+@kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+async def addon_crd_changed(name: str, type: str, memo: OperatorState, **kwargs: Any) -> None:
+    """LeaderWorkerSet or ComputeDomain installed or removed: decide again for every object."""
+    if name not in ADDON_CRDS or type is None:
+        return
+    indexes = memo.remember(kwargs)
+    memo.apis.invalidate()
+    for key in list(indexes.servings):
+        memo.schedule(key, delay=NODE_DEBOUNCE_S, trigger="crd")
 
 
 # --- children -----------------------------------------------------------------------------------

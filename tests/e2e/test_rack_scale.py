@@ -1,0 +1,263 @@
+"""Rack scale end to end: the operator, the real LWS controller, the real scheduler, kwok trays.
+
+Two GB200 NVL72 racks of four kwok trays each (cliques with the same id under different cluster
+UUIDs) plus a tray whose fabric has not completed, NVIDIA's ComputeDomain surface (CRD,
+DeviceClasses, per-tray ResourceSlices) and the session operator (admin credentials).
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from k8s.cluster import ControlPlane, unique_name, wait_for
+from k8s.dra import ComputeDomainDriver
+from k8s.lws import LwsInstall
+from k8s.operator import OperatorProcess, patch_serving
+from racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())
+NAME = EXAMPLE["metadata"]["name"]
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+pytestmark = pytest.mark.e2e
+
+
+def _serving(namespace: str, **spec: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(EXAMPLE)
+    doc["metadata"] = {"name": NAME, "namespace": namespace}
+    doc["spec"].pop("tolerations", None)
+    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    doc["spec"]["nodeSelector"] = {"pool": namespace}
+    doc["spec"].update(spec)
+    return doc
+
+
+@pytest.fixture
+def racks(
+    lws_cluster: ControlPlane,
+    compute_domain_driver: ComputeDomainDriver,
+    namespace: str,
+    node_factory: Callable[..., list[Any]],
+) -> list[Any]:
+    """This test's two racks (pool=<namespace>), with the driver's ResourceSlices published."""
+    nodes = two_racks(unique_name("nvl72"))
+    for node in nodes:
+        node["metadata"]["labels"]["pool"] = namespace
+    created = node_factory(*nodes)
+    compute_domain_driver.publish(created)
+    return created
+
+
+def _pods(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cp.kubectl_json(
+        "get", "pods", "-n", namespace, "-l", f"{LWS_NAME_LABEL}={NAME}"
+    )["items"]
+    return items
+
+
+def _running(cp: ControlPlane, namespace: str, count: int) -> list[dict[str, Any]] | None:
+    pods = [
+        p
+        for p in _pods(cp, namespace)
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+    return pods if len(pods) == count else None
+
+
+def _condition(cp: ControlPlane, namespace: str, ctype: str) -> dict[str, Any]:
+    dss = cp.kubectl_json("get", "dss", NAME, "-n", namespace)
+    return next(
+        (c for c in (dss.get("status") or {}).get("conditions", []) if c["type"] == ctype), {}
+    )
+
+
+def _group_cliques(cp: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, str]:
+    labels_of = {
+        n["metadata"]["name"]: n["metadata"]["labels"]
+        for n in cp.kubectl_json("get", "nodes")["items"]
+    }
+    out: dict[str, str] = {}
+    for group in sorted({p["metadata"]["labels"][GROUP_INDEX_LABEL] for p in pods}):
+        members = [p for p in pods if p["metadata"]["labels"][GROUP_INDEX_LABEL] == group]
+        cliques = {labels_of[p["spec"]["nodeName"]].get(GFD_CLIQUE) for p in members}
+        assert len(cliques) == 1 and None not in cliques, f"group {group}: cliques {cliques}"
+        out[group] = str(cliques.pop())
+    return out
+
+
+def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
+    lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
+) -> None:
+    cp = lws_cluster
+    cp.apply(_serving(namespace))
+
+    pods = wait_for(lambda: _running(cp, namespace, 4), timeout=180, what="2 groups of 2 pods")
+    cliques = _group_cliques(cp, pods)
+    assert sorted(cliques.values()) == sorted([RACK_A.key, RACK_B.key])
+    assert not any(p["spec"]["nodeName"].endswith("-pending") for p in pods)
+    # Leader = DP head, worker = headless with its LWS index as node rank.
+    leader = next(p for p in pods if p["metadata"]["name"] == f"{NAME}-0")
+    worker = next(p for p in pods if p["metadata"]["name"] == f"{NAME}-0-1")
+    assert "--headless" not in leader["spec"]["containers"][0]["args"]
+    worker_args = worker["spec"]["containers"][0]["args"]
+    assert worker_args[worker_args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+    env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+    assert env["LWS_WORKER_INDEX"] == "1"  # LWS's webhook filled what the argv refers to
+
+    # Every pod holds channel-0 of the tray it runs on, allocated by the real scheduler.
+    claims = wait_for(
+        lambda: (
+            (
+                c := [
+                    c
+                    for c in cp.kubectl_json("get", "resourceclaims", "-n", namespace)["items"]
+                    if c.get("status", {}).get("allocation")
+                ]
+            )
+            and len(c) == 4
+            and c
+        ),
+        timeout=60,
+        what="4 allocated IMEX channel claims",
+    )
+    node_of = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    for claim in claims:
+        pod = claim["status"]["reservedFor"][0]["name"]
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        assert (result["pool"], result["device"]) == (node_of[pod], "channel-0")
+    domain = cp.kubectl_json("get", "computedomain", f"{NAME}-imex", "-n", namespace)
+    assert domain["metadata"]["ownerReferences"][0]["kind"] == "DeepSeekServing"
+
+    wait_for(
+        lambda: _condition(cp, namespace, "Ready").get("status") == "True",
+        timeout=60,
+        what="Ready (LWS groups ready)",
+    )
+    assert _condition(cp, namespace, "ComputeDomain")["reason"] == "ComputeDomainRendered"
+    status = cp.kubectl_json("get", "dss", NAME, "-n", namespace)["status"]
+    assert status["resolved"]["podsPerReplica"] == 2 and status["readyReplicas"] == 2
+    assert status["resolved"]["nvlinkCliques"] == [RACK_A.key, RACK_B.key]
+
+    # Four trays per clique hold two groups each: a fifth replica cannot be placed.
+    patch_serving(cp, namespace, {"spec": {"replicas": 5}}, name=NAME)
+    placeable = wait_for(
+        lambda: (c := _condition(cp, namespace, "Placeable")).get("status") == "False" and c,
+        timeout=60,
+        what="Placeable=False for 5 replicas",
+    )
+    assert "capacity 4 replica(s), 5 wanted" in placeable["message"]
+    assert RACK_A.key in placeable["message"] and RACK_B.key in placeable["message"]
+    wait_for(lambda: _running(cp, namespace, 8), timeout=180, what="4 groups Running")
+
+    def fifth_unschedulable() -> bool:
+        pod = cp.kubectl_json("get", "pod", f"{NAME}-4", "-n", namespace)
+        return not pod["spec"].get("nodeName") and any(
+            c.get("reason") == "Unschedulable" for c in pod["status"].get("conditions", [])
+        )
+
+    wait_for(fifth_unschedulable, timeout=60, what="fifth group's leader Unschedulable")
+
+    # Deleting the DeepSeekServing garbage-collects the LWS, the ComputeDomain and the claims.
+    cp.kubectl("delete", "dss", NAME, "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: not cp.kubectl_json("get", "leaderworkersets,computedomains,resourceclaims",
+                                    "-n", namespace)["items"],
+        timeout=120,
+        what="LWS, ComputeDomain and claims garbage-collected",
+    )  # fmt: skip
+
+
+def test_a_lost_worker_recreates_its_group_and_a_spec_change_rolls_every_group(
+    lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
+) -> None:
+    cp = lws_cluster
+    cp.apply(_serving(namespace))
+    pods = wait_for(lambda: _running(cp, namespace, 4), timeout=180, what="2 groups Running")
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+    lws_generation = cp.kubectl_json("get", "lws", NAME, "-n", namespace)["metadata"]["generation"]
+    applies = operator.metric("deepseek_operator_child_applies_total", kind="LeaderWorkerSet")
+
+    cp.kubectl("delete", "pod", f"{NAME}-1-1", "-n", namespace, "--wait=false")
+
+    def group_one_recreated() -> bool:
+        now = {
+            p["metadata"]["name"]: p["metadata"]["uid"] for p in _running(cp, namespace, 4) or []
+        }
+        return (
+            set(now) == set(uids)
+            and now[f"{NAME}-1"] != uids[f"{NAME}-1"]  # the leader too: the whole group
+            and now[f"{NAME}-1-1"] != uids[f"{NAME}-1-1"]
+        )
+
+    wait_for(group_one_recreated, timeout=120, what="group 1 recreated by LWS")
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _pods(cp, namespace)}
+    assert after[f"{NAME}-0"] == uids[f"{NAME}-0"] and after[f"{NAME}-0-1"] == uids[f"{NAME}-0-1"]
+    # The operator did not fight LWS: no re-apply of the LeaderWorkerSet, same generation.
+    assert cp.kubectl_json("get", "lws", NAME, "-n", namespace)["metadata"]["generation"] == (
+        lws_generation
+    )
+    assert operator.metric("deepseek_operator_child_applies_total", kind="LeaderWorkerSet") == (
+        applies
+    )
+
+    # Node churn (a label the decision does not read, on every tray) restarts nothing.
+    reconciles = operator.metric("deepseek_operator_reconciles_total", trigger="nodes")
+    before_churn = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _pods(cp, namespace)}
+    for node in racks:
+        cp.kubectl("label", "node", node["metadata"]["name"], "churn=1", "--overwrite")
+    wait_for(
+        lambda: operator.metric("deepseek_operator_reconciles_total", trigger="nodes") > reconciles,
+        timeout=60,
+        what="a node-triggered reconcile",
+    )
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in _pods(cp, namespace)} == (
+        before_churn
+    )
+
+    # A spec change rolls every group (LWS's rolling update, one group at a time).
+    patch_serving(cp, namespace, {"spec": {"engine": {"maxNumSeqs": 32}}}, name=NAME)
+
+    def all_rolled() -> bool:
+        pods = _running(cp, namespace, 4)
+        return bool(pods) and all(
+            "--max-num-seqs" in p["spec"]["containers"][0]["args"]
+            and p["metadata"]["uid"] != before_churn.get(p["metadata"]["name"])
+            for p in pods or []
+        )
+
+    wait_for(all_rolled, timeout=240, what="every group rolled to the new spec")
+
+
+def test_without_the_lws_crd_a_multi_pod_spec_is_not_placeable_and_renders_nothing(
+    lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
+) -> None:
+    cp = lws_cluster
+    install: LwsInstall = cp.extras["lws"]
+    install.uninstall()
+    try:
+        cp.apply(_serving(namespace))
+        placeable = wait_for(
+            lambda: (
+                (c := _condition(cp, namespace, "Placeable")).get("reason")
+                == "LeaderWorkerSetNotInstalled"
+                and c
+            ),
+            timeout=90,
+            what="Placeable=False LeaderWorkerSetNotInstalled",
+        )
+        assert placeable["status"] == "False"
+        assert "helm install lws" in placeable["message"]
+        assert not cp.kubectl_json("get", "deployments,services", "-n", namespace)["items"]
+    finally:
+        install.install()
+    # Installing LWS afterwards is noticed (CRD watch): the workload appears.
+    wait_for(lambda: _running(cp, namespace, 4), timeout=180, what="groups after LWS install")
+    assert _condition(cp, namespace, "Placeable")["status"] == "True"
