@@ -146,6 +146,11 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
     assert status["resolved"]["podsPerReplica"] == 2 and status["readyReplicas"] == 2
     assert status["resolved"]["nvlinkCliques"] == [RACK_A.key, RACK_B.key]
 
+    # Not exclusive: two more groups fit, two trays left in each clique.
+    patch_serving(cp, namespace, {"spec": {"replicas": 4}}, name=NAME)
+    pods = wait_for(lambda: _running(cp, namespace, 8), timeout=180, what="4 groups Running")
+    assert sorted(_group_cliques(cp, pods).values()) == sorted([RACK_A.key, RACK_B.key] * 2)
+
     # Four trays per clique hold two groups each: a fifth replica cannot be placed.
     patch_serving(cp, namespace, {"spec": {"replicas": 5}}, name=NAME)
     placeable = wait_for(
@@ -155,15 +160,20 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
     )
     assert "capacity 4 replica(s), 5 wanted" in placeable["message"]
     assert RACK_A.key in placeable["message"] and RACK_B.key in placeable["message"]
-    wait_for(lambda: _running(cp, namespace, 8), timeout=180, what="4 groups Running")
+
+    seen: dict[str, Any] = {}
 
     def fifth_unschedulable() -> bool:
         pod = cp.kubectl_json("get", "pod", f"{NAME}-4", "-n", namespace)
+        seen["pod"] = {"spec.nodeName": pod["spec"].get("nodeName"), "status": pod["status"]}
         return not pod["spec"].get("nodeName") and any(
             c.get("reason") == "Unschedulable" for c in pod["status"].get("conditions", [])
         )
 
-    wait_for(fifth_unschedulable, timeout=60, what="fifth group's leader Unschedulable")
+    try:
+        wait_for(fifth_unschedulable, timeout=60, what="fifth group's leader Unschedulable")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen}") from None
 
     # Deleting the DeepSeekServing garbage-collects the LWS, the ComputeDomain and the claims.
     cp.kubectl("delete", "dss", NAME, "-n", namespace, "--wait=false")
