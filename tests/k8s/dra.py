@@ -289,8 +289,12 @@ class ComputeDomainDriverStandIn:
                         body,
                     )
                 except ApiException as exc:
-                    if exc.status not in (404, 409):  # 409: exists; 404: namespace going
-                        self.errors.append(f"create {body['metadata']['name']}: {exc.status}")
+                    # 409: exists; 404 or 403 "being terminated": the namespace is going away.
+                    terminating = exc.status == 403 and "being terminated" in str(exc.body)
+                    if exc.status not in (404, 409) and not terminating:
+                        self.errors.append(
+                            f"create {body['metadata']['name']}: {exc.status} {exc.body}"
+                        )
 
 
 class ComputeDomainDriver:

@@ -15,7 +15,7 @@ from deepseek_operator.plan import Observed, plan
 from deepseek_operator.render.affinity import affinity_terms, node_matches
 from deepseek_operator.render.status import build_status, status_dict
 from deepseek_operator.render.workload import render_objects
-from racks import RACK_A, RACK_B, Clique, make_gb200_tray
+from racks import RACK_A, RACK_B, make_gb200_tray
 
 # DEP8 over two GB200 trays: 4 DP ranks (one GPU each) per tray, as llm-d's wide-EP guide.
 DEP8 = {"tensorParallelSize": 1, "dataParallelSize": 8, "dataParallelSizeLocal": 4}
@@ -247,6 +247,18 @@ def test_ready_replicas_come_from_the_lws_ready_groups() -> None:
     assert planned.status.ready_replicas == 1
 
 
-def test_clique_ids_are_unique_only_with_the_cluster_uuid() -> None:
-    same_id = Clique(RACK_A.cluster_uuid, RACK_B.clique_id)
-    assert same_id.key == RACK_A.key != RACK_B.key
+def test_every_supported_vllm_release_accepts_every_flag_of_the_lws_pods() -> None:
+    from deepseek_operator.catalog.vllm import supported_releases, vllm_release
+
+    obj = _obj()
+    res = resolve(obj.spec, _racks())
+    flags = {
+        a
+        for pod in _pod_specs(render_objects(obj, res)).values()
+        for a in pod["containers"][0]["args"]
+        if a.startswith("--")
+    }
+    assert {"--nnodes", "--node-rank", "--headless", "--data-parallel-address"} <= flags
+    for release in supported_releases():
+        options = vllm_release(release).serve_options
+        assert flags <= set(options), (release, sorted(flags - set(options)))
