@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.controller.kube import WRITER_THREADS, KubeClient
 from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import NodeWatch
 from deepseek_operator.controller.reconcile import Reconciler
@@ -238,7 +238,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.execution.max_workers = 16
     # The Kubernetes client blocks; the default pool (cores + 4 threads) serialises bursts.
     asyncio.get_running_loop().set_default_executor(
-        concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="kube")
+        concurrent.futures.ThreadPoolExecutor(max_workers=WRITER_THREADS, thread_name_prefix="kube")
     )
     memo.watch_nodes()
 

@@ -19,6 +19,10 @@ from deepseek_operator.controller import metrics
 from deepseek_operator.errors import DeepSeekOperatorError
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
+# Worker threads writing concurrently (handlers.configure sizes the executor) plus the node watch.
+WRITER_THREADS = 32
+POOL_SIZE = WRITER_THREADS + 2
+
 
 class KubeError(DeepSeekOperatorError):
     """The API server does not serve a kind the operator needs to write."""
@@ -60,7 +64,11 @@ class KubeClient:
                     config.load_incluster_config()  # type: ignore[no-untyped-call]
                 except config.ConfigException:
                     config.load_kube_config()  # type: ignore[no-untyped-call]
-                self._api = client.ApiClient()
+                configuration = client.Configuration.get_default_copy()
+                # One kept-alive connection per worker thread (the default, 5 per core, made a
+                # burst discard connections and pay a TLS handshake per request).
+                configuration.connection_pool_maxsize = POOL_SIZE
+                self._api = client.ApiClient(configuration)
             return self._api
 
     def _request(
