@@ -150,6 +150,9 @@ def build_servings(count: int, namespaces: list[str], pools: list[str]) -> list[
         doc["spec"].pop("tolerations", None)
         doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
         doc["spec"]["nodeSelector"] = {"pool": pools[i % len(pools)]}
+        # A distinct spec each: the operator shares one decision between equal specs on the
+        # same inventory, which copies of one spec would turn into a best case.
+        doc["spec"]["model"]["servedModelName"] = f"dsv41-{i:04d}"
         out.append(doc)
     return out
 
@@ -233,44 +236,79 @@ class ResolvedWatcher(threading.Thread):
         self.stopping = False
         listing = self.rest.call("GET", f"{DSS_PATH}?limit=1")
         self.resource_version = listing["metadata"]["resourceVersion"]
-        self.conn = self.rest.connection(timeout=None)
+        self.conn: http.client.HTTPSConnection | None = self.rest.connection(timeout=None)
+        self.catch_ups = 0
 
     def run(self) -> None:
-        """Stream events until stopped; record each object's first resolved moment."""
+        """Stream events until stopped; record each object's first resolved moment.
+
+        The API server ends a watch whose reader falls behind (a busy 2-core machine during a
+        burst): the watch is resumed from the last version seen; if that version is gone, a
+        LIST catches up (those objects are timestamped when the LIST answers: late, never early).
+        """
         try:
-            resp = self.rest.send(
-                self.conn,
-                "GET",
-                f"{DSS_PATH}?watch=true&resourceVersion={self.resource_version}"
-                "&timeoutSeconds=1800",
-            )
-            if resp.status != 200:
-                raise RuntimeError(f"watch: {resp.status} {resp.read()[:500]!r}")
-            self.connected.set()
-            for line in resp:
-                now = time.monotonic()
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                meta = obj.get("metadata") or {}
-                key = (meta.get("namespace"), meta.get("name"))
-                if key[0] not in self.namespaces or key in self.resolved:
+            while not self.stopping and len(self.resolved) < self.expected:
+                if self.conn is None:
+                    self.conn = self.rest.connection(timeout=None)
+                resp = self.rest.send(
+                    self.conn,
+                    "GET",
+                    f"{DSS_PATH}?watch=true&resourceVersion={self.resource_version}"
+                    "&allowWatchBookmarks=true&timeoutSeconds=1800",
+                )
+                if resp.status == 410:
+                    resp.read()
+                    self.catch_up()
                     continue
-                if event.get("type") != "DELETED" and resolved_generation(obj):
-                    status = next(
-                        c.get("status")
-                        for c in obj["status"]["conditions"]
-                        if c.get("type") == "BackendResolved"
+                if resp.status != 200:
+                    raise RuntimeError(f"watch: {resp.status} {resp.read()[:500]!r}")
+                self.connected.set()
+                event: dict[str, Any] = {}
+                for line in resp:
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        break  # expired: the next request answers 410 or resumes
+                    self.resource_version = (obj.get("metadata") or {}).get(
+                        "resourceVersion", self.resource_version
                     )
-                    with self.changed:
-                        self.resolved[key] = (now, str(status))
-                        self.changed.notify_all()
-                    if len(self.resolved) >= self.expected:
-                        self.done.set()
+                    if event.get("type") not in ("BOOKMARK", "DELETED"):
+                        self.observe(obj, time.monotonic())
+                if event.get("type") == "ERROR":
+                    self.catch_up()
+                self.conn.close()
+                self.conn = None
         except BaseException as exc:  # reported by the phase
             if not self.stopping:
                 self.error = exc
         finally:
             self.done.set()
+
+    def observe(self, obj: Mapping[str, Any], now: float) -> None:
+        """Record *obj*'s resolution at *now* if it is the first one seen."""
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace"), meta.get("name"))
+        if key[0] not in self.namespaces or key in self.resolved or not resolved_generation(obj):
+            return
+        status = next(
+            c.get("status")
+            for c in obj["status"]["conditions"]
+            if c.get("type") == "BackendResolved"
+        )
+        with self.changed:
+            self.resolved[key] = (now, str(status))
+            self.changed.notify_all()
+        if len(self.resolved) >= self.expected:
+            self.done.set()
+
+    def catch_up(self) -> None:
+        """LIST every DeepSeekServing; record the resolved ones; resume from the list."""
+        self.catch_ups += 1
+        listing = self.rest.call("GET", DSS_PATH)
+        now = time.monotonic()
+        for obj in listing.get("items") or []:
+            self.observe(obj, now)
+        self.resource_version = listing["metadata"]["resourceVersion"]
 
     def wait_for(self, key: tuple[str, str], timeout: float) -> bool:
         """Block until *key* is resolved (True) or *timeout* seconds pass (False)."""
@@ -285,10 +323,13 @@ class ResolvedWatcher(threading.Thread):
     def stop(self) -> None:
         """Close the stream."""
         self.stopping = True
+        conn = self.conn
+        if conn is None:
+            return
         with contextlib.suppress(OSError):
-            if self.conn.sock is not None:
-                self.conn.sock.shutdown(socket.SHUT_RDWR)
-        self.conn.close()
+            if conn.sock is not None:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
 
 
 def parse_prometheus(text: str, names: Iterable[str]) -> dict[tuple[str, frozenset], float]:
@@ -498,6 +539,7 @@ class PhaseResult:
     load_after: float = float("nan")
     apiserver: dict[str, int] = field(default_factory=dict)
     operator_metrics: dict[str, float] = field(default_factory=dict)
+    watch_catch_ups: int = 0  # the benchmark's own LISTs of DeepSeekServings
     log_path: str = ""
     error: str = ""
 
@@ -522,7 +564,10 @@ class PhaseResult:
             "load_before": self.load_before,
             "load_after": self.load_after,
             "list_nodes": _verb_count(self.apiserver, "LIST", "nodes"),
-            "list_dss": _verb_count(self.apiserver, "LIST", "deepseekservings"),
+            # The benchmark's own catch-up LISTs are not the operator's.
+            "list_dss": _verb_count(self.apiserver, "LIST", "deepseekservings")
+            - self.watch_catch_ups,
+            "watch_catch_ups": self.watch_catch_ups,
             "apiserver_requests": self.apiserver,
             "operator_metrics": self.operator_metrics,
             "log": self.log_path,
@@ -532,6 +577,25 @@ class PhaseResult:
 
 def _verb_count(requests: Mapping[str, int], verb: str, resource: str) -> int:
     return sum(v for k, v in requests.items() if k == f"{verb} {resource}")
+
+
+def warm_up(cp: ControlPlane, doc: Mapping[str, Any], namespace: str) -> None:
+    """Create one copy of *doc* in *namespace* and wait until it is resolved (not measured).
+
+    A fresh process pays one-off costs on its first object (API discovery, connections,
+    lazy imports); a long-running operator on an idle cluster has paid them long ago.
+    """
+    warm = copy.deepcopy(dict(doc))
+    warm["metadata"] = {"name": "warm-up", "namespace": namespace}
+    rest = Rest(cp)
+    rest.call("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}", warm)
+    wait_for(
+        lambda: resolved_generation(
+            rest.call("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/warm-up")
+        ),
+        timeout=120,
+        what="warm-up DeepSeekServing resolved",
+    )
 
 
 def run_phase(
@@ -555,6 +619,8 @@ def run_phase(
     operator starts on the same cluster.
     """
     namespaces = sorted({s["metadata"]["namespace"] for s in servings})
+    warm_ns = f"{namespaces[0]}-warm"
+    cp.kubectl("create", "namespace", warm_ns)
     result = PhaseResult(name, mode, nodes, len(servings), load_before=load_average())
     op = start_operator(cp, name, log_dir)
     assert op.proc is not None
@@ -568,6 +634,7 @@ def run_phase(
             print(f"[{name} {mode}] {result.error}", file=sys.stderr)
             return result
         time.sleep(2.0)  # let the initial listings settle
+        warm_up(cp, servings[0], warm_ns)
         watcher = ResolvedWatcher(cp, namespaces, len(servings))
         watcher.start()
         watcher.connected.wait(10)
@@ -616,13 +683,14 @@ def run_phase(
             }
         result.rss_peak_mb = proc_rss_peak_mb(pid)
         watcher.stop()
+        result.watch_catch_ups = watcher.catch_ups
         result.resolved = len(watcher.resolved)
         result.resolved_true = sum(1 for _, s in watcher.resolved.values() if s == "True")
         result.latencies_s = [t - sent[key] for key, (t, _) in watcher.resolved.items()]
     finally:
         op.stop()
         result.load_after = load_average()
-        for ns in namespaces:
+        for ns in [*namespaces, warm_ns]:
             cp.kubectl(
                 "delete", "dss,deployments,statefulsets,services", "--all", "-n", ns,
                 "--wait=false", timeout=300, check=False,
@@ -771,14 +839,16 @@ def plot(out: Mapping[str, Any], path: Path) -> None:
     ax3.set(title=f"operator peak RSS ({burst_nodes} Nodes)", xlabel="DeepSeekServings",
             ylabel="MB")  # fmt: skip
     ax3.legend()
-    idle = {r["operator"]: r for r in out["latency"] if r["mode"] == "idle"}
-    if "ours" in idle and "noop" in idle:
-        fig.suptitle(
-            f"idle (one at a time, {idle['ours']['servings']} CRs, {idle['ours']['nodes']} "
-            f"Nodes): p50 ours {idle['ours']['p50_s'] * 1000:.0f} ms vs no-op "
-            f"{idle['noop']['p50_s'] * 1000:.0f} ms   |   {out['conditions']}",
-            fontsize=9,
-        )
+    idle = [
+        f"{row['nodes']} Nodes p50 {row['p50_ratio']:.2f}x / p95 {row['p95_ratio']:.2f}x"
+        for row in out["ratios"]
+        if row["mode"] == "idle"
+    ]
+    fig.suptitle(
+        f"idle (one at a time) ours/no-op: {'; '.join(idle) or 'not run'}   |   "
+        f"{out['conditions']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -802,7 +872,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--servings", type=int_list, default=[100, 500, 1000],
                    help="DeepSeekServings per burst run")  # fmt: skip
     p.add_argument("--idle-servings", type=int, default=30,
-                   help="DeepSeekServings of the idle run, one at a time (0: none)")  # fmt: skip
+                   help="DeepSeekServings of each idle run, one at a time (0: none)")  # fmt: skip
+    p.add_argument("--idle-at", type=int_list, default=None,
+                   help="node counts with an idle run (default: the smallest and the largest)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=2, help="start-ups per operator and node count")
     p.add_argument("--namespaces", type=int, default=4, help="namespaces per phase")
     p.add_argument("--gb200-share", type=float, default=0.6, help="share of GB200 nodes")
@@ -852,7 +924,32 @@ def main(argv: list[str] | None = None) -> int:
         order = sorted(by_name, key=lambda name: int(name.split("-")[1]))
         created = 0
         startups: list[StartupResult] = []
+        latency: list[PhaseResult] = []
         node_create_s: dict[int, float] = {}
+        idle_at = set(args.idle_at or [min(args.nodes), max(args.nodes)])
+
+        def latency_pair(mode: str, count: int, first: str) -> None:
+            """One run of each operator, *first* first (alternated to cancel drift)."""
+            for op in (first, "noop" if first == "ours" else "ours"):
+                namespaces = [
+                    f"bench-{mode}{count}-{created}-{op}-{k}" for k in range(args.namespaces)
+                ]
+                for ns in namespaces:
+                    cp.kubectl("create", "namespace", ns)
+                print(f"{mode} {count} CRs @{created} nodes: {op} ...", file=sys.stderr)
+                latency.append(
+                    run_phase(
+                        cp, op, mode, build_servings(count, namespaces, pools),
+                        nodes=created, log_dir=log_dir, threads=args.threads,
+                        timeout=args.timeout, settle=args.settle,
+                        index_timeout=args.index_timeout,
+                    )
+                )  # fmt: skip
+                r = latency[-1].summary()
+                print(f"  {r['resolved']}/{count} p50 {r['p50_s']:.3f}s p95 {r['p95_s']:.3f}s "
+                      f"RSS {r['rss_peak_mb']:.0f} MB load {r['load_before']:.1f}",
+                      file=sys.stderr)  # fmt: skip
+
         for count in sorted(args.nodes):
             batch = [by_name[name] for name in order[created:count]]
             node_create_s[count] = create_nodes(cp, batch, args.threads)
@@ -865,29 +962,11 @@ def main(argv: list[str] | None = None) -> int:
                     r = startups[-1]
                     print(f"  start-up {op:<4} {r.startup_s:6.2f}s load {r.load_before:.1f}",
                           file=sys.stderr)  # fmt: skip
+            if args.idle_servings and count in idle_at:
+                latency_pair("idle", args.idle_servings, "ours")
 
-        latency: list[PhaseResult] = []
-        runs = [("burst", n) for n in args.servings]
-        if args.idle_servings:
-            runs.insert(0, ("idle", args.idle_servings))
-        for i, (mode, count) in enumerate(runs):
-            pair = ("ours", "noop") if i % 2 == 0 else ("noop", "ours")  # cancel drift
-            for op in pair:
-                namespaces = [f"bench-{mode}{count}-{op}-{k}" for k in range(args.namespaces)]
-                for ns in namespaces:
-                    cp.kubectl("create", "namespace", ns)
-                print(f"{mode} {count} CRs: {op} ...", file=sys.stderr)
-                latency.append(
-                    run_phase(
-                        cp, op, mode, build_servings(count, namespaces, pools),
-                        nodes=created, log_dir=log_dir, threads=args.threads,
-                        timeout=args.timeout, settle=args.settle,
-                        index_timeout=args.index_timeout,
-                    )
-                )  # fmt: skip
-                r = latency[-1].summary()
-                print(f"  {r['resolved']}/{count} p50 {r['p50_s']:.3f}s p95 {r['p95_s']:.3f}s "
-                      f"RSS {r['rss_peak_mb']:.0f} MB", file=sys.stderr)  # fmt: skip
+        for i, count in enumerate(args.servings):
+            latency_pair("burst", count, "ours" if i % 2 == 0 else "noop")
 
         out = summarise(startups, latency)
         out["conditions"] = (

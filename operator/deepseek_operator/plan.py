@@ -114,7 +114,13 @@ def plan(
 
     ``apis``: what the cluster serves (LeaderWorkerSet, ComputeDomain); default: both.
     """
-    res = resolve(serving.spec, inventory, observed.previous_decision(), apis)
+    previous = observed.previous_decision()
+    # resolve() is pure: objects with one spec, and every re-reconcile of an object (child
+    # events, resyncs) on the same inventory, share one evaluation.
+    res = inventory.memoized(
+        ("resolve", serving.spec.model_dump_json(), previous, apis),
+        lambda: resolve(serving.spec, inventory, previous, apis),
+    )
     status = build_status(
         res,
         generation=serving.generation,

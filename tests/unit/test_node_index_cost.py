@@ -123,3 +123,35 @@ def test_a_node_selector_is_answered_from_the_label_index_exactly_as_a_full_scan
         ]
         assert list(inventory.with_labels(selector)) == scan, selector
     assert set(inventory._by_label) == {"pool", "rack", "absent"}  # one index per key asked
+
+
+def test_the_engine_runs_once_per_spec_and_inventory_and_again_after_a_node_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import yaml
+
+    from deepseek_operator import plan as plan_module
+    from deepseek_operator.api.load import parse_serving
+
+    evaluations: list[str] = []
+    real = plan_module.resolve
+
+    def counting(spec: Any, inventory: Any, previous: Any, apis: Any = None) -> Any:
+        evaluations.append(spec.model.served_model_name)
+        return real(spec, inventory, previous, apis)
+
+    monkeypatch.setattr(plan_module, "resolve", counting)
+    seed = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
+    seed["spec"].pop("tolerations", None)
+    seed["spec"]["nodeSelector"] = {"pool": "p1"}
+    first = parse_serving(seed)
+    seed["spec"]["model"]["servedModelName"] = "other"
+    second = parse_serving(seed)
+    state, _ = listed(200)
+    for _ in range(3):  # re-reconciles (child events) on an unchanged inventory
+        for obj in (first, second):
+            plan_module.plan(obj, state.nodes.inventory(), plan_module.Observed(), "now")
+    assert len(evaluations) == 2  # one per distinct spec
+    state.node_seen("n00001", facts_of(gpu_node(1, rack="r1")))
+    plan_module.plan(first, state.nodes.inventory(), plan_module.Observed(), "now")
+    assert len(evaluations) == 3  # a node change is a new inventory: decided afresh

@@ -8,9 +8,9 @@ from the product are marked so every message can say so.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import find_product
@@ -18,6 +18,9 @@ from deepseek_operator.nodes.precedence import COMPUTE, MEMORY_MIB, NVLINK, pars
 from deepseek_operator.nodes.taints import Taint, parse_taints
 
 SM100 = "sm100"
+MEMO_LIMIT = 4096  # entries per inventory (distinct specs); beyond it the memo starts over
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ class NodeInventory:
     _by_label: dict[str, dict[str, list[NodeFacts]]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # Results of pure functions of this inventory (see memoized); gone with the inventory.
+    _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -81,6 +86,19 @@ class NodeInventory:
         buckets = [self._label_index(key).get(value, []) for key, value in selector.items()]
         smallest = min(buckets, key=len)
         return [n for n in smallest if all(n.labels.get(k) == v for k, v in selector.items())]
+
+    def memoized(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, remembered under ``key`` for as long as this inventory lives.
+
+        Only for pure functions of the inventory and of what ``key`` holds: the inventory is
+        immutable and replaced on every node change, so nothing stale is ever returned.
+        """
+        if key in self._memo:
+            return cast(_T, self._memo[key])
+        if len(self._memo) >= MEMO_LIMIT:
+            self._memo.clear()
+        value = self._memo[key] = compute()
+        return value
 
     def _label_index(self, key: str) -> dict[str, list[NodeFacts]]:
         index = self._by_label.get(key)
