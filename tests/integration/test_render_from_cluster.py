@@ -81,3 +81,25 @@ def test_render_from_cluster_without_a_reachable_cluster_is_one_line(
     assert out.returncode == 1
     assert out.stderr.startswith("error: --from-cluster: cannot list Nodes")
     assert out.stderr.count("\n") == 1
+
+
+@pytest.mark.integration
+def test_render_from_cluster_renders_a_leaderworkerset_only_where_the_cluster_serves_it(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    served = control_plane.kubectl("api-versions").stdout.split()
+    has_lws = "leaderworkerset.x-k8s.io/v1" in served
+    out = subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(REPO / "examples/dsv41-flash-dep8-nvl72.yaml"), "--from-cluster", "-o", "json"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    kinds = {o["kind"] for o in printed["objects"]}
+    placeable = next(c for c in printed["status"]["conditions"] if c["type"] == "Placeable")
+    if has_lws:
+        assert "LeaderWorkerSet" in kinds
+        assert placeable["reason"] != "LeaderWorkerSetNotInstalled"
+    else:
+        assert printed["objects"] == []
+        assert placeable["reason"] == "LeaderWorkerSetNotInstalled"

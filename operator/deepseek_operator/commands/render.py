@@ -23,7 +23,7 @@ from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
-from deepseek_operator.names import LWS_KIND
+from deepseek_operator.names import COMPUTE_DOMAIN_API_VERSION, LWS_API_VERSION, LWS_KIND
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
 from deepseek_operator.render.status import status_dict
@@ -87,6 +87,20 @@ def load_nodes_file(path: str) -> list[dict[str, Any]]:
                 "(use `kubectl get nodes -o yaml`)"
             )
     return nodes
+
+
+def _cluster_group_versions() -> set[str]:
+    """Every ``group/version`` the current kubeconfig's API server serves (for --from-cluster)."""
+    try:
+        from kubernetes import client, config
+
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+        groups = client.ApisApi().get_api_versions().groups or []
+        return {v.group_version for g in groups for v in (g.versions or [])}
+    except Exception as exc:
+        raise InputError(
+            f"--from-cluster: cannot read the API groups: {exc}".splitlines()[0]
+        ) from None
 
 
 def _cluster_nodes() -> list[dict[str, Any]]:
@@ -179,13 +193,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-leaderworkerset",
         dest="leader_worker_set",
         action="store_false",
-        help="preview a cluster without the LeaderWorkerSet CRD (default: installed)",
+        help="preview a cluster without the LeaderWorkerSet CRD (default: installed; with "
+        "--from-cluster: what the cluster serves)",
     )
     parser.add_argument(
         "--no-compute-domain",
         dest="compute_domain",
         action="store_false",
-        help="preview a cluster without NVIDIA's ComputeDomain CRD (default: installed)",
+        help="preview a cluster without NVIDIA's ComputeDomain CRD (default: installed; with "
+        "--from-cluster: what the cluster serves)",
     )
 
 
@@ -201,9 +217,12 @@ def run(args: argparse.Namespace) -> int:
             raw_nodes = []
         inventory = build_inventory(raw_nodes)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        apis = ClusterApis(
-            leader_worker_set=args.leader_worker_set, compute_domain=args.compute_domain
-        )
+        lws, compute_domain = args.leader_worker_set, args.compute_domain
+        if args.from_cluster:  # what this cluster serves, as the operator would see it
+            served = _cluster_group_versions()
+            lws = lws and LWS_API_VERSION in served
+            compute_domain = compute_domain and COMPUTE_DOMAIN_API_VERSION in served
+        apis = ClusterApis(leader_worker_set=lws, compute_domain=compute_domain)
         planned = plan(obj, inventory, Observed.offline(), now, apis)
     except SpecError as exc:
         sys.stderr.write(f"error: {args.filename}: {exc.one_line()}\n")
