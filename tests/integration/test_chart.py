@@ -319,3 +319,40 @@ def test_image_allowlist_is_a_validation_only_when_set(helm: str) -> None:
         for d in by_kind(docs, "ValidatingAdmissionPolicy")
         if d["metadata"]["labels"]["app.kubernetes.io/component"] == "admission"
     ]
+
+
+@pytest.mark.parametrize("watch", [(), ("llm",)], ids=["cluster-wide", "namespaced"])
+def test_compute_domain_value_switches_the_rbac_rule_and_the_operator_flag(
+    helm: str, watch: tuple[str, ...]
+) -> None:
+    namespaces = ("--set", "operator.watchNamespaces={" + ",".join(watch) + "}") if watch else ()
+
+    def rights(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
+        rules = [
+            rule
+            for kind in ("ClusterRole", "Role")
+            for d in by_kind(docs, kind)
+            if d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+            for rule in d["rules"]
+        ]
+        return {
+            f"{r}.{g}": set(rule["verbs"])
+            for rule in rules
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+        }
+
+    def operator_args(docs: list[dict[str, Any]]) -> list[str]:
+        deploy = one(docs, "Deployment", "operator")
+        return list(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    on = render(helm, extra=namespaces)
+    writes = {"get", "list", "watch", "create", "patch", "delete"}
+    assert rights(on)["leaderworkersets.leaderworkerset.x-k8s.io"] == writes
+    assert rights(on)["computedomains.resource.nvidia.com"] == writes
+    assert "statefulsets.apps" not in rights(on)
+    assert "--no-compute-domain" not in operator_args(on)
+    off = render(helm, extra=(*namespaces, "--set", "computeDomain.enabled=false"))
+    assert "computedomains.resource.nvidia.com" not in rights(off)
+    assert rights(off)["leaderworkersets.leaderworkerset.x-k8s.io"] == writes
+    assert "--no-compute-domain" in operator_args(off)
