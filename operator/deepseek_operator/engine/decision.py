@@ -50,9 +50,6 @@ from deepseek_operator.names import (
 )
 from deepseek_operator.nodes.facts import NodeInventory
 
-LOCAL_DATA_PARALLEL = "LocalDataParallel"
-"""R10's check name: auto's exclusion of remote DP ranks."""
-
 
 def resolve(
     spec: DeepSeekServingSpec,
@@ -170,8 +167,8 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
     any_gpu = inputs.requirement(Requirement.ANY_GPU)
     first = failures[0]
     message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
-    if first.name == LOCAL_DATA_PARALLEL:
-        message += _explicit_layout_hint(inputs)
+    # Remote DP never becomes MegaMoE under auto (R10); say what an explicit backend could do.
+    message += _explicit_layout_hint(inputs)
     return inputs.resolution(
         AUTO,
         failed_reason(first.name),
