@@ -108,3 +108,17 @@ def test_a_relisting_reports_nodes_added_changed_and_gone() -> None:
                   for ch in changes) == [("", "c"), ("a", ""), ("b", "b")]  # fmt: skip
     assert tracker.replace_all({"b": b2, "c": c}) == []
     assert [n.name for n in tracker.inventory().nodes] == ["b", "c"]
+
+
+def test_indexes_keep_bodies_without_managed_fields() -> None:
+    from deepseek_operator.controller.handlers import _kept
+
+    body = {
+        "kind": "Deployment",
+        "metadata": {"name": "a", "resourceVersion": "7", "managedFields": [{"manager": "x"}]},
+        "spec": {"replicas": 1},
+    }
+    kept = _kept(body)  # type: ignore[arg-type]
+    assert kept == {"kind": "Deployment", "metadata": {"name": "a", "resourceVersion": "7"},
+                    "spec": {"replicas": 1}}  # fmt: skip
+    assert body["metadata"]["managedFields"] == [{"manager": "x"}]  # the event's body is untouched

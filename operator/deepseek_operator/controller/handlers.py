@@ -258,14 +258,25 @@ def serving_index(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[ServingKey, dict[str, Any]]:
     """(namespace, name) → the latest DeepSeekServing body."""
-    return {(str(namespace), name): dict(body)}
+    return {(str(namespace), name): _kept(body)}
+
+
+def _kept(body: kopf.Body) -> dict[str, Any]:
+    """``body`` as an index keeps it: without ``metadata.managedFields``, which nothing here reads
+    and which, for server-side-applied objects, is about as large as the object itself
+    (1,000 DeepSeekServings: their Deployments, Services and bodies held twice over)."""
+    kept = dict(body)
+    meta = kept.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        kept["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return kept
 
 
 def _child_entry(namespace: str | None, name: str, body: kopf.Body) -> dict[ServingKey, ChildEntry]:
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL_INSTANCE)
     if not owner:
         return {}
-    return {(str(namespace), owner): (str(body.get("kind")), name, dict(body))}
+    return {(str(namespace), owner): (str(body.get("kind")), name, _kept(body))}
 
 
 @kopf.index("apps", "v1", "deployments", labels=CHILD_LABELS)

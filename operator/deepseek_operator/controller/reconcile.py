@@ -258,6 +258,8 @@ class Reconciler:
         response = await self.kube.apply(manifest)
         metrics.APPLIES.labels(manifest["kind"]).inc()
         if isinstance(response, dict):
+            # managedFields is as large as the object and never read: do not hold it.
+            (response.get("metadata") or {}).pop("managedFields", None)
             self._applied[
                 (obj.namespace, manifest["kind"], manifest["metadata"]["name"], obj.name)
             ] = response
