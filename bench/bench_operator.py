@@ -969,10 +969,11 @@ def main(argv: list[str] | None = None) -> int:
             latency_pair("burst", count, "ours" if i % 2 == 0 else "noop")
 
         out = summarise(startups, latency)
+        loads = [r.load_before for r in startups] + [r.load_before for r in latency]
+        loads += [r.load_after for r in startups] + [r.load_after for r in latency]
         out["conditions"] = (
             f"{os.cpu_count()} cores shared with other work, load "
-            f"{min(r.load_before for r in startups):.1f}-"
-            f"{max(r.load_after for r in [*startups]):.1f}"
+            f"{min(loads, default=float('nan')):.1f}-{max(loads, default=float('nan')):.1f}"
         )
         out["setup"] = {
             "node_create_s": node_create_s,
