@@ -334,7 +334,7 @@ def model_constructor(module: types.ModuleType, config: SimpleNamespace) -> dict
 
 
 def moe_constructor(
-    module: types.ModuleType, config: SimpleNamespace, ep_size: int
+    module: types.ModuleType, config: SimpleNamespace, ep_size: int, layer: int = 3
 ) -> dict[str, str] | None:
     """`DeepseekV4MoE.__init__` (and its MegaMoE expert set-up) up to building weights."""
     cls = module.DeepseekV4MoE
@@ -355,7 +355,8 @@ def moe_constructor(
     with contextlib.ExitStack() as stack:
         for mod in modules:
             stack.enter_context(_patched(mod, **patches))
-        kwargs: dict[str, Any] = {"vllm_config": config, "prefix": "model.layers.3.ffn"}
+        prefix = f"model.layers.{layer}.ffn"
+        kwargs: dict[str, Any] = {"vllm_config": config, "prefix": prefix}
         if "num_hash_layers" in cls.__init__.__code__.co_varnames:
             kwargs["num_hash_layers"] = 0
         refusal = _run_guarded(
@@ -371,7 +372,9 @@ def moe_constructor(
         stub.shared_experts = None
         stub.tp_size = tp_for_moe
         stub.use_sequence_parallel = False
-        stub.n_routed_experts = config.model_config.hf_config.n_routed_experts
+        stub.n_routed_experts = getattr(stub, "n_routed_experts", None) or (
+            config.model_config.hf_config.n_routed_experts
+        )
         stub.n_activated_experts = config.model_config.hf_config.num_experts_per_tok
         stub.swiglu_limit = config.model_config.hf_config.swiglu_limit
         for mod in modules:
@@ -380,9 +383,26 @@ def moe_constructor(
             )
         return _run_guarded(
             "DeepseekV4MoE._init_mega_moe_experts",
-            lambda: init_mega(stub, config, config.model_config.hf_config, "model.layers.3.ffn"),
+            lambda: init_mega(stub, config, config.model_config.hf_config, prefix),
             (init_mega,),
         )
+
+
+def draft_moe_constructor(
+    module: types.ModuleType, config: SimpleNamespace, ep_size: int, model: dict[str, Any]
+) -> dict[str, str] | None:
+    """V4.1's DSpark draft layers: the same MoE constructor past the target's last layer, where it
+    takes `dspark_n_routed_experts` (only with speculative decoding)."""
+    draft = model.get("num_draft_routed_experts")
+    if config.speculative_config is None or not draft or model["architecture"] != V41_ARCH:
+        return None
+    hf = SimpleNamespace(**vars(config.model_config.hf_config))
+    hf.dspark_n_routed_experts = draft
+    draft_config = SimpleNamespace(**vars(config))
+    draft_config.model_config = SimpleNamespace(
+        hf_config=hf, architectures=config.model_config.architectures
+    )
+    return moe_constructor(module, draft_config, ep_size, layer=hf.num_hidden_layers)
 
 
 def mega_moe_capability(
@@ -482,8 +502,15 @@ def flashinfer_moe_ep(backend: str, config: SimpleNamespace, ep_size: int) -> li
             swiglu_beta=None,
             routing_method=routing,
         )
+        # The weight scheme the checkpoint's experts load as: MXFP4 for fp4 experts, FP8 block
+        # quantisation for fp8 ones (V4-Flash-Base).
+        quant_utils = importlib.import_module(
+            "vllm.model_executor.layers.quantization.utils.quant_utils"
+        )
+        fp4 = config.model_config.hf_config.expert_dtype == "fp4"
+        weight_key = quant_utils.kMxfp4Static if fp4 else quant_utils.kFp8Static128BlockSym
         with _patched(fi_moe_ep, get_current_vllm_config=lambda: config):
-            reasons = reasons_fn(moe, fi_moe_ep.kMxfp4Static, None)
+            reasons = reasons_fn(moe, weight_key, None)
         if reasons:
             refusals.append(
                 {
@@ -507,6 +534,7 @@ def guards(engine_args: Any, model: dict[str, Any]) -> tuple[list[dict[str, str]
         for refusal in (
             model_constructor(module, config),
             moe_constructor(module, config, ep_size),
+            draft_moe_constructor(module, config, ep_size, model),
             mega_moe_capability(module, backend, hf),
         ):
             if refusal is not None:

@@ -24,7 +24,8 @@ def test_auto_selects_mega_moe_for_the_seed_spec_on_a_gb200_pool() -> None:
     assert res.expert_parallel_size == 4
     assert res.gpus_per_pod == 4
     assert all(c.passed for c in res.checks)
-    assert [c.rule for c in res.checks][:13] == [f"R{i}" for i in range(2, 15)]
+    assert [c.name for c in res.checks][:2] == ["VLLMRelease", "KnownMoEBackend"]
+    assert [c.rule for c in res.checks][2:15] == [f"R{i}" for i in range(2, 15)]
     assert len(res.eligible_nodes) == 4
 
 
@@ -250,7 +251,7 @@ def test_user_facts_make_an_unknown_checkpoint_eligible() -> None:
         gb200_pool(),
     )
     assert res.moe_backend == "deep_gemm_mega_moe"
-    assert "spec.model" in res.checks[0].message
+    assert "spec.model" in next(c for c in res.checks if c.name == "ModelArchitecture").message
 
 
 def test_b300_cc_10_3_is_in_the_sm100_family() -> None:
@@ -414,18 +415,56 @@ def test_explicit_mega_moe_experts_must_divide_ep_size_including_draft_layers() 
     assert "draft experts 128 must be divisible by ep_size=12" in res.message
 
 
-def test_flashinfer_moe_ep_backends_are_deepseek_v4_only() -> None:
-    res = resolve(spec(moeBackend="flashinfer_moe_ep_mega_deep_gemm"), gb200_pool())
+def test_flashinfer_moe_ep_deep_gemm_is_deepseek_only() -> None:
+    # vLLM 0.33.0's FLASHINFER_MOE_EP_ARCHITECTURES has V4 and V4.1; other models are refused.
+    other = {
+        "name": "/models/other-moe",
+        "architecture": "MixtralForCausalLM",
+        "expertDtype": "fp4",
+        "scoringFunc": "sqrtsoftplus",
+        "hiddenSize": 4096,
+        "moeIntermediateSize": 2048,
+        "numRoutedExperts": 256,
+    }
+    res = resolve(spec(model=other, moeBackend="flashinfer_moe_ep_mega_deep_gemm"), gb200_pool())
     assert not res.backend_runnable
     assert res.reason == "FlashInferArchitectureFailed"
-    ok = resolve(
-        spec(
-            model={"name": "deepseek-ai/DeepSeek-V4-Pro"},
-            moeBackend="flashinfer_moe_ep_mega_deep_gemm",
-        ),
-        gb200_pool(),
+    for name in ("deepseek-ai/DeepSeek-V4.1-Flash", "deepseek-ai/DeepSeek-V4-Pro"):
+        ok = resolve(
+            spec(model={"name": name}, moeBackend="flashinfer_moe_ep_mega_deep_gemm"),
+            gb200_pool(),
+        )
+        assert ok.backend_runnable, ok.message
+
+
+def test_release_from_spec_image_tag_or_newest() -> None:
+    assert resolve(spec(), gb200_pool()).vllm_version == "0.33.0"
+    tagged = resolve(spec(image="vllm/vllm-openai:v0.31.0"), gb200_pool())
+    assert tagged.vllm_version == "0.31.0"
+    assert "image tag" in tagged.checks[0].message
+    pinned = resolve(spec(image="vllm/vllm-openai:v0.31.0", vllmVersion="0.32.0"), gb200_pool())
+    assert pinned.vllm_version == "0.32.0"
+    newest = resolve(spec(), gb200_pool()).checks[0]
+    assert newest.passed and "newest supported" in newest.message
+
+
+def test_unsupported_release_is_not_resolved() -> None:
+    res = resolve(spec(vllmVersion="0.29.0"), gb200_pool())
+    assert not res.backend_runnable
+    assert res.reason == "VLLMReleaseFailed"
+    assert "0.29.0" in res.message and "0.33.0" in res.message
+    assert res.eligible_nodes == ()
+
+
+def test_backend_the_release_lacks_is_refused() -> None:
+    # flashinfer_moe_ep_mega_cutedsl exists in 0.30/0.31 only; flashinfer_moe_ep_cutedsl from 0.32.
+    old = resolve(
+        spec(moeBackend="flashinfer_moe_ep_mega_cutedsl", vllmVersion="0.31.0"), gb200_pool()
     )
-    assert ok.backend_runnable
+    assert old.backend_runnable, old.message
+    new = resolve(spec(moeBackend="flashinfer_moe_ep_mega_cutedsl"), gb200_pool())
+    assert not new.backend_runnable and new.reason == "KnownMoEBackendFailed"
+    assert "vLLM 0.33.0 has no --moe-backend flashinfer_moe_ep_mega_cutedsl" in new.message
 
 
 def test_explicit_backend_outside_the_mxfp4_map_is_refused_with_vllms_message() -> None:

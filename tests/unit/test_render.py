@@ -193,6 +193,7 @@ def test_status_conditions_and_stable_transition_times() -> None:
         "gpusPerPod": 4,
         "podsPerReplica": 1,
         "eligibleNodes": 4,
+        "vllmVersion": "0.33.0",
     }
     second = status_dict(
         build_status(

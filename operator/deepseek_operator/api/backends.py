@@ -1,49 +1,37 @@
-"""vLLM's ``--moe-backend`` values and the MegaMoE sets, as in ``vllm/config/kernel.py``.
+"""vLLM's ``--moe-backend`` names as the API admits them: any name of any supported release.
 
-Source: vllm-rules.md §1.1–1.2 (docs.vllm.ai ``api/vllm/config/kernel/``, lastmod 2026-09-24).
-vLLM normalises the user's spelling with ``value.lower().replace("-", "_")``; so do we.
+The per-release names and sets live in ``catalog/vllm`` (exported from each release); the engine
+checks that the release a DeepSeekServing runs has the name it asks for. The admission (CEL)
+rules here use what holds in every supported release. vLLM normalises the user's spelling with
+``value.lower().replace("-", "_")``; so do we.
 """
 
 from __future__ import annotations
 
+from deepseek_operator.catalog.vllm import all_moe_backends, supported_releases, vllm_release
+from deepseek_operator.catalog.vllm.rules import release_rules
+
 AUTO = "auto"
 DEEP_GEMM_MEGA_MOE = "deep_gemm_mega_moe"
-FLASHINFER_MOE_EP_MEGA_DEEP_GEMM = "flashinfer_moe_ep_mega_deep_gemm"
-FLASHINFER_MOE_EP_MEGA_CUTEDSL = "flashinfer_moe_ep_mega_cutedsl"
 
-# The MoEBackend Literal, newest version found (vllm-rules.md §1.1), in vLLM's order.
-MOE_BACKENDS: tuple[str, ...] = (
-    AUTO,
-    "triton",
-    "batched_triton",
-    "deep_gemm",
-    DEEP_GEMM_MEGA_MOE,
-    "cutlass",
-    "flashinfer_trtllm",
-    "flashinfer_cutlass",
-    "flashinfer_cutedsl",
-    "flashinfer_b12x",
-    "b12x",
-    FLASHINFER_MOE_EP_MEGA_DEEP_GEMM,
-    FLASHINFER_MOE_EP_MEGA_CUTEDSL,
-    "marlin",
-    "humming",
-    "triton_unfused",
-    "aiter",
-    "aiter_triton_mxfp4_bf16",
-    "flydsl",
-    "rdna3",
-    "hpc",
-    "emulation",
+# Every name of any supported release (the CRD accepts these; the engine checks the release).
+MOE_BACKENDS: tuple[str, ...] = all_moe_backends()
+
+# Every MegaMoE name of any release: each one needs expert parallelism in every release that has it.
+MEGA_MOE_BACKENDS: frozenset[str] = frozenset().union(
+    *(vllm_release(r).mega_moe_backends for r in supported_releases())
 )
 
-FLASHINFER_MOE_EP_BACKENDS: frozenset[str] = frozenset(
-    {FLASHINFER_MOE_EP_MEGA_DEEP_GEMM, FLASHINFER_MOE_EP_MEGA_CUTEDSL}
-)
-MEGA_MOE_BACKENDS: frozenset[str] = frozenset({DEEP_GEMM_MEGA_MOE}) | FLASHINFER_MOE_EP_BACKENDS
-# vLLM's FLASHINFER_MOE_EP_ARCHITECTURES: the FlashInfer moe_ep backends are DeepSeek-V4 only.
-FLASHINFER_MOE_EP_ARCHITECTURES: frozenset[str] = frozenset(
-    {"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel"}
+
+def _refuses_eplb_everywhere(backend: str) -> bool:
+    having = [r for r in supported_releases() if backend in vllm_release(r).moe_backends]
+    return bool(having) and all(backend in release_rules(r).flashinfer_eplb_refused for r in having)
+
+
+# FlashInfer moe_ep names that refuse EPLB in every release that has them (an admission rule;
+# the engine checks the others per release).
+EPLB_REFUSED_BACKENDS: frozenset[str] = frozenset(
+    b for b in MEGA_MOE_BACKENDS if _refuses_eplb_everywhere(b)
 )
 
 

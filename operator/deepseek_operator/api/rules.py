@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deepseek_operator.api.backends import (
-    FLASHINFER_MOE_EP_BACKENDS,
+    EPLB_REFUSED_BACKENDS,
     MEGA_MOE_BACKENDS,
     MOE_BACKENDS,
 )
@@ -147,7 +147,7 @@ def _known_backend(spec: DeepSeekServingSpec) -> bool:
 
 
 def _fi_rejects_eplb(spec: DeepSeekServingSpec) -> bool:
-    return spec.moe_backend not in FLASHINFER_MOE_EP_BACKENDS or (not spec.parallelism.enable_eplb)
+    return spec.moe_backend not in EPLB_REFUSED_BACKENDS or (not spec.parallelism.enable_eplb)
 
 
 def _dp_local_divides(spec: DeepSeekServingSpec) -> bool:
@@ -237,9 +237,10 @@ _CROSS_FIELD_RULES: tuple[SpecRule, ...] = (
             " && self.parallelism.expertParallel)"
         ),
         message=(
-            "spec.moeBackend is a MegaMoE backend (deep_gemm_mega_moe, "
-            "flashinfer_moe_ep_mega_deep_gemm, flashinfer_moe_ep_mega_cutedsl), which requires "
-            "spec.parallelism.expertParallel: true. vLLM: " + VLLM_MEGA_MOE_REQUIRES_EP
+            "spec.moeBackend is a MegaMoE backend ("
+            + ", ".join(sorted(MEGA_MOE_BACKENDS))
+            + "), which requires spec.parallelism.expertParallel: true. vLLM: "
+            + VLLM_MEGA_MOE_REQUIRES_EP
         ),
         holds=_mega_requires_ep,
         value=lambda s: s.moe_backend_as_written,
@@ -250,13 +251,13 @@ _CROSS_FIELD_RULES: tuple[SpecRule, ...] = (
         field_path=".parallelism.enableEplb",
         cel=(
             f"!has(self.moeBackend) || !({_NORMALIZED_BACKEND} in "
-            f"{_cel_list(FLASHINFER_MOE_EP_BACKENDS)}) || !has(self.parallelism)"
+            f"{_cel_list(EPLB_REFUSED_BACKENDS)}) || !has(self.parallelism)"
             " || !has(self.parallelism.enableEplb) || !self.parallelism.enableEplb"
         ),
         message=(
             "spec.parallelism.enableEplb must be false with spec.moeBackend "
-            "flashinfer_moe_ep_mega_deep_gemm or flashinfer_moe_ep_mega_cutedsl: vLLM: EPLB is "
-            "not supported with the FlashInfer moe_ep backends. Use "
+            + " or ".join(sorted(EPLB_REFUSED_BACKENDS))
+            + ": vLLM: EPLB is not supported with these FlashInfer moe_ep backends. Use "
             "moe_backend=deep_gemm_mega_moe to run the mega path with EPLB."
         ),
         holds=_fi_rejects_eplb,

@@ -200,6 +200,9 @@ class DeepSeekServingSpec(ApiModel):
     image: str = Field(min_length=1, max_length=1024)
     """vLLM container image, e.g. vllm/vllm-openai:deepseekv41-flash-0909."""
 
+    vllm_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    """vLLM release the image runs (e.g. 0.33.0); its backend names and guards decide. Default: the image tag when it is vX.Y.Z (vllm/vllm-openai:v0.33.0), else the newest supported release (the VLLMRelease check says which). A release the operator does not support leaves BackendResolved=False."""
+
     replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     """Independent serving replicas, each one expert-parallel group."""
 

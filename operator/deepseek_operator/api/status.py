@@ -72,6 +72,8 @@ class Resolved(ApiModel):
 
     nvlink_cliques: list[str] | None = None
     """NVLink cliques (<ClusterUUID>.<CliqueId>) whose eligible nodes can hold a whole multi-pod group."""
+    vllm_version: str = ""
+    """vLLM release whose rules decided (spec.vllmVersion, the image tag vX.Y.Z, or the newest supported)."""
 
     @field_validator("moe_backend")
     @classmethod

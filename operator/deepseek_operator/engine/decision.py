@@ -19,13 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from deepseek_operator.api.backends import (
-    AUTO,
-    DEEP_GEMM_MEGA_MOE,
-    FLASHINFER_MOE_EP_BACKENDS,
-    FLASHINFER_MOE_EP_MEGA_CUTEDSL,
-    MEGA_MOE_BACKENDS,
-)
+from deepseek_operator.api.backends import AUTO, DEEP_GEMM_MEGA_MOE
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine import node_checks, spec_checks
 from deepseek_operator.engine.checks import (
@@ -39,6 +33,12 @@ from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.layout import layout_of
 from deepseek_operator.engine.model_facts import model_facts
 from deepseek_operator.engine.placement import Requirement, candidates, pool_clique_key
+from deepseek_operator.engine.release import (
+    backend_name,
+    choose_release,
+    prefill_context_parallel,
+    release_check,
+)
 from deepseek_operator.engine.resolution import DecisionInputs, Resolution
 from deepseek_operator.engine.stability import PreviousDecision, keep_previous
 from deepseek_operator.names import (
@@ -73,14 +73,20 @@ def resolve(
         facts=facts,
         candidates=cands,
         layout=layout,
+        release=choose_release(spec),
         clique_key=pool_clique_key(cands) if multi_pod else None,
     )
     requested = spec.moe_backend
+    refused = _release_refusal(inputs, requested)
+    if refused is not None:
+        return _multi_pod(refused, inputs, apis) if multi_pod else refused
+    rules = inputs.release.rules
+    assert rules is not None  # _release_refusal returned for an unsupported release
     if requested == AUTO:
         res = _decide_auto(inputs)
         if previous is not None and previous.moe_backend != res.moe_backend:
             res = keep_previous(inputs, res, previous)
-    elif requested in MEGA_MOE_BACKENDS:
+    elif rules.is_mega_moe(requested):
         res = _decide_explicit_mega_moe(inputs, requested)
     else:
         res = _decide_explicit_other(inputs, requested)
@@ -119,6 +125,39 @@ def _explicit_layout_hint(inputs: DecisionInputs) -> str:
     )
 
 
+def _release_checks(inputs: DecisionInputs, backend: str) -> list[CheckResult]:
+    """The checks that hold or fail whatever the nodes: the release, its backend names, and the
+    release's guards that refuse a layout for every backend."""
+    checks = [release_check(inputs.release)]
+    rules = inputs.release.rules
+    if rules is None:
+        return checks
+    checks.append(backend_name(rules, backend))
+    pcp = prefill_context_parallel(rules, inputs.facts, inputs.spec, backend)
+    if pcp is not None:
+        checks.append(pcp)
+    return checks
+
+
+def _release_refusal(inputs: DecisionInputs, backend: str) -> Resolution | None:
+    """A resolution that cannot run when the release or a release-wide guard refuses the spec."""
+    checks = _release_checks(inputs, backend)
+    failures = failed(checks)
+    if not failures:
+        return None
+    first = failures[0]
+    requirement = inputs.requirement(Requirement.NONE, first.name)
+    placement = inputs.place(requirement)
+    checks.append(node_checks.capacity(placement, inputs.spec.replicas))
+    message = (
+        f"{backend} cannot run: {first.name} failed: {first.message}; pods are pinned to no "
+        "node so they stay Pending instead of crashing"
+    )
+    return inputs.resolution(
+        backend, failed_reason(first.name), message, False, requirement, placement, checks
+    )
+
+
 def _memory_check(inputs: DecisionInputs) -> CheckResult:
     # Memory alone: a node outside every NVLink clique is left out by the clique check, not here.
     return node_checks.gpu_memory(
@@ -136,6 +175,7 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
     mega_placement = inputs.place(mega_requirement)
     sm100 = inputs.sm100_candidates
     checks = [
+        *_release_checks(inputs, AUTO),
         spec_checks.model_architecture(facts),
         node_checks.gpu_architecture(inputs.candidates, "R3"),
         spec_checks.deep_gemm(spec),
@@ -183,22 +223,45 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
 
 def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolution:
     spec, facts, layout = inputs.spec, inputs.facts, inputs.layout
-    ep = layout.expert_parallel_size
-    cutedsl = backend == FLASHINFER_MOE_EP_MEGA_CUTEDSL
-    node_requirement = inputs.requirement(
-        Requirement.CC_AT_LEAST_10 if cutedsl else Requirement.SM100
+    rules = inputs.release.rules
+    assert rules is not None
+    p = spec.parallelism
+    # vLLM's MoE EP group spans DP x PCP x TP.
+    expert_group = layout.expert_parallel_size * (
+        p.prefill_context_parallel_size if p.expert_parallel else 1
     )
-    checks = [
-        spec_checks.expert_parallel(spec, ep, "A1", need_two=False),
-        spec_checks.routing(facts, "A2"),
-        spec_checks.expert_dtype(facts, "A3"),
-        node_checks.cc_at_least_10(inputs.candidates, node_requirement, backend)
-        if cutedsl
-        else node_checks.gpu_architecture(inputs.candidates, "A4", VLLM_SM100_ONLY),
-        spec_checks.dimensions(facts, spec, ep, "A5/A6"),
-    ]
-    if backend in FLASHINFER_MOE_EP_BACKENDS:
-        checks.append(spec_checks.flashinfer_architecture(facts, backend))
+    flashinfer = rules.is_flashinfer_moe_ep(backend)
+    model_guards = rules.model_guards_apply(backend)
+    node_requirement = inputs.requirement(Requirement.SM100)
+    checks = _release_checks(inputs, backend)
+    if model_guards:
+        checks.append(
+            spec_checks.expert_parallel(spec, layout.expert_parallel_size, "A1", need_two=False)
+        )
+        checks.append(spec_checks.routing(facts, "A2"))
+    elif flashinfer and rules.flashinfer_needs_ep_group:
+        checks.append(spec_checks.flashinfer_expert_parallel(spec, expert_group))
+    checks.append(spec_checks.expert_dtype(facts, "A3"))
+    if flashinfer:
+        checks.append(
+            node_checks.flashinfer_capability(
+                inputs.candidates, rules.data.flashinfer_moe_ep_capabilities, backend
+            )
+        )
+    else:
+        checks.append(node_checks.gpu_architecture(inputs.candidates, "A4", VLLM_SM100_ONLY))
+    if model_guards:
+        checks.append(
+            spec_checks.dimensions(
+                facts, spec, expert_group, "A5/A6", multiples_of_128=not flashinfer
+            )
+        )
+    if backend in rules.data.flashinfer_moe_ep_architecture_checked:
+        checks.append(spec_checks.flashinfer_architecture(rules, facts, backend))
+    if backend in rules.flashinfer_eplb_refused:
+        checks.append(spec_checks.flashinfer_eplb(rules, spec, backend))
+    if flashinfer and rules.flashinfer_refuses_dbo:
+        checks.append(spec_checks.flashinfer_microbatching(rules, spec, backend))
     checks.append(spec_checks.cuda_platform(spec, "A10"))
     checks.append(_memory_check(inputs))
     if layout.pods_per_replica > 1:
@@ -242,17 +305,18 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
 
 def _decide_explicit_other(inputs: DecisionInputs, backend: str) -> Resolution:
     guard = spec_checks.explicit_backend(inputs.facts, backend)
+    release = _release_checks(inputs, backend)
     if not guard.passed:
         requirement = inputs.requirement(Requirement.NONE, guard.name)
         placement = inputs.place(requirement)
-        checks = [guard, node_checks.capacity(placement, inputs.spec.replicas)]
+        checks = [*release, guard, node_checks.capacity(placement, inputs.spec.replicas)]
         message = f"explicit {backend} cannot run: {guard.message}"
         return inputs.resolution(
             backend, failed_reason(guard.name), message, False, requirement, placement, checks
         )
     requirement = inputs.requirement(Requirement.ANY_GPU)
     placement = inputs.place(requirement)
-    checks = [guard, node_checks.capacity(placement, inputs.spec.replicas)]
+    checks = [*release, guard, node_checks.capacity(placement, inputs.spec.replicas)]
     return inputs.resolution(
         backend,
         REASON_EXPLICIT,

@@ -42,18 +42,20 @@ def gpu_architecture(candidates: Sequence[NodeFacts], rule: str, vllm_msg: str =
     return check("GPUArchitecture", NODES, rule, bool(sm100), message)
 
 
-def cc_at_least_10(
-    candidates: Sequence[NodeFacts], requirement: NodeRequirement, backend: str
+def flashinfer_capability(
+    candidates: Sequence[NodeFacts], capabilities: frozenset[tuple[int, int]], backend: str
 ) -> CheckResult:
-    """A9 (CuTe DSL mega kernels): some candidate node has compute capability 10.0 or newer."""
-    ok = [n for n in candidates if requirement.admits(n)]
-    vllm = f". vLLM: moe_backend={backend} requires compute capability 10.0+ (the mega kernels are Blackwell-only)"
+    """A9: some candidate node's GPUs have a compute capability the FlashInfer moe_ep kernels take
+    (exactly, e.g. 10.0 and 10.3: not every SM100-family part)."""
+    shown = ", ".join(f"{m}.{n}" for m, n in sorted(capabilities))
+    ok = [n for n in candidates if n.cc is not None and tuple(n.cc) in capabilities]
+    vllm = f". vLLM: moe_backend={backend!r} is only supported on compute capability {shown}"
     return check(
         "GPUArchitecture",
         NODES,
         "A9",
         bool(ok),
-        f"{len(ok)}/{len(candidates)} candidate nodes have compute capability >= 10.0"
+        f"{len(ok)}/{len(candidates)} candidate nodes have compute capability {shown}"
         + ("" if ok else vllm),
     )
 

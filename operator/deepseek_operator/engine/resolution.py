@@ -11,6 +11,7 @@ from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.layout import Layout, sequence_parallel
 from deepseek_operator.engine.model_facts import ModelFacts
 from deepseek_operator.engine.placement import NodeRequirement, Placement, Requirement, place
+from deepseek_operator.engine.release import ReleaseChoice
 from deepseek_operator.nodes.facts import NodeFacts
 
 
@@ -40,6 +41,7 @@ class Resolution:
     clique_key: str | None = None
     compute_domain: ComputeDomainMode = ComputeDomainMode.NOT_NEEDED
     leader_worker_set: bool = True  # the cluster serves LeaderWorkerSet (multi-pod replicas)
+    vllm_version: str = ""  # the release whose rules decided
 
     @property
     def eligible_nodes(self) -> tuple[str, ...]:
@@ -60,6 +62,7 @@ class DecisionInputs:
     facts: ModelFacts
     candidates: Sequence[NodeFacts]
     layout: Layout
+    release: ReleaseChoice
     clique_key: str | None = None  # multi-node groups stay in one clique named by this label
 
     @property
@@ -115,4 +118,5 @@ class DecisionInputs:
             checks=tuple(checks),
             model=self.facts,
             clique_key=self.clique_key,
+            vllm_version=self.release.version,
         )

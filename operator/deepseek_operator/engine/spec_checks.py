@@ -7,10 +7,11 @@ auto rule R* and an explicit-backend guard A*).
 
 from __future__ import annotations
 
-from deepseek_operator.api.backends import FLASHINFER_MOE_EP_ARCHITECTURES, MXFP4_EXPLICIT_BACKENDS
+from deepseek_operator.api.backends import MXFP4_EXPLICIT_BACKENDS
 from deepseek_operator.api.rules import VLLM_MEGA_MOE_REQUIRES_EP
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V4_ARCH, V41_ARCH
+from deepseek_operator.catalog.vllm.rules import ReleaseRules
 from deepseek_operator.engine.checks import (
     VLLM_DIMS_128,
     VLLM_SQRTSOFTPLUS_ONLY,
@@ -135,9 +136,15 @@ def routing(facts: ModelFacts, rule: str) -> CheckResult:
 
 
 def dimensions(
-    facts: ModelFacts, spec: DeepSeekServingSpec, expert_parallel_size: int, rule: str
+    facts: ModelFacts,
+    spec: DeepSeekServingSpec,
+    expert_parallel_size: int,
+    rule: str,
+    *,
+    multiples_of_128: bool = True,
 ) -> CheckResult:
-    """R7 / A5–A6: sizes are multiples of 128 and the experts divide over the EP group."""
+    """R7 / A5–A6: sizes are multiples of 128 (the native MegaMoE kernel's shape check) and the
+    experts divide over the EP group (DP x PCP x TP in vLLM)."""
     ep = expert_parallel_size
     hidden, intermediate, experts = (
         facts.hidden_size,
@@ -162,7 +169,7 @@ def dimensions(
             "model dimensions unknown: set spec.model." + ", spec.model.".join(missing),
         )
     problems: list[str] = []
-    if hidden % 128 or intermediate % 128:
+    if multiples_of_128 and (hidden % 128 or intermediate % 128):
         problems.append(
             f"hidden {hidden} / MoE intermediate {intermediate} not multiples of 128 (vLLM: {VLLM_DIMS_128})"
         )
@@ -254,20 +261,69 @@ def layout_rules(spec: DeepSeekServingSpec) -> list[CheckResult]:
     ]
 
 
-def flashinfer_architecture(facts: ModelFacts, backend: str) -> CheckResult:
-    """A9: the FlashInfer moe_ep backends run DeepSeek V4 (not V4.1) only."""
+def flashinfer_architecture(rules: ReleaseRules, facts: ModelFacts, backend: str) -> CheckResult:
+    """A9: the release checks the model architecture of this FlashInfer moe_ep backend."""
     arch = facts.architecture
-    supported = arch in FLASHINFER_MOE_EP_ARCHITECTURES
+    allowed = rules.data.flashinfer_moe_ep_architectures
+    supported = arch in allowed
     vllm = (
-        f". vLLM: moe_backend={backend} is only supported for DeepSeek-V4 models "
-        f"({sorted(FLASHINFER_MOE_EP_ARCHITECTURES)}), but the model is [{arch!r}]."
+        f". vLLM: moe_backend={backend!r} is only supported for DeepSeek-V4 models "
+        f"({sorted(allowed)}), but the model is [{arch!r}]."
     )
     return check(
         "FlashInferArchitecture",
         SPEC,
         "A9",
         supported,
-        f"architecture {arch}" + ("" if supported else vllm),
+        f"architecture {arch} (vLLM {rules.release})" + ("" if supported else vllm),
+    )
+
+
+def flashinfer_eplb(rules: ReleaseRules, spec: DeepSeekServingSpec, backend: str) -> CheckResult:
+    """A9: this FlashInfer moe_ep backend refuses EPLB in this release."""
+    on = spec.parallelism.enable_eplb
+    return check(
+        "FlashInferEPLB",
+        SPEC,
+        "A9",
+        not on,
+        "EPLB off"
+        if not on
+        else f"EPLB on. vLLM {rules.release}: {backend} does not support EPLB "
+        "(use deep_gemm_mega_moe to run the mega path with EPLB)",
+    )
+
+
+def flashinfer_microbatching(
+    rules: ReleaseRules, spec: DeepSeekServingSpec, backend: str
+) -> CheckResult:
+    """The FlashInfer moe_ep kernels refuse dual batch overlap (releases that check it)."""
+    on = spec.engine.enable_dbo
+    return check(
+        "FlashInferMicrobatching",
+        SPEC,
+        "A9",
+        not on,
+        "dual batch overlap off"
+        if not on
+        else f"enableDbo true. vLLM {rules.release}: {backend}: kernel does not support dual "
+        "batch overlap",
+    )
+
+
+def flashinfer_expert_parallel(spec: DeepSeekServingSpec, expert_group: int) -> CheckResult:
+    """The FlashInfer moe_ep kernels need an expert-parallel layer: EP on over 2+ GPUs."""
+    ok = spec.parallelism.expert_parallel and expert_group > 1
+    return check(
+        "ExpertParallel",
+        SPEC,
+        "A1",
+        ok,
+        f"expert parallel on over {expert_group} GPUs (DP x PCP x TP)"
+        if ok
+        else f"expert parallel {'on' if spec.parallelism.expert_parallel else 'off'}, "
+        f"{expert_group} GPU(s) in the group. vLLM: the FlashInfer moe_ep kernel does not support "
+        "a parallel config without expert parallel (EP over 2+ GPUs)",
     )
 
 

@@ -125,6 +125,7 @@ def build_status(
             eligible_nodes=len(placement.eligible),
             clique_label=res.clique_key,
             nvlink_cliques=list(placement.holding_cliques) if res.clique_key else None,
+            vllm_version=res.vllm_version,
         ),
         decision=S.Decision(
             requested=res.requested,
