@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins vllm-venvs vllm-catalog bench bench-operator demo clean
+.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,12 @@ cluster-bins: ## build the local control plane binaries (cached under ~/.cache/d
 vllm-venvs: ## install every supported vLLM release into cached virtualenvs (~/.cache/deepseek-operator/vllm)
 	hack/install-vllm.sh
 
+vllm-newest: ## install only the newest supported vLLM release (what `make test` checks)
+	hack/install-vllm.sh --newest
+
+conformance: venv vllm-venvs ## every supported vLLM release's own code against our engine and renderer (table per release; non-zero on any mismatch)
+	$(BIN)/python -m conformance.harness
+
 vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each installed release
 	@for v in $$(. hack/versions.env && echo $$VLLM_RELEASES); do \
 	  $(HOME)/.cache/deepseek-operator/vllm/$$v/bin/python -m conformance.extract --out operator/deepseek_operator/catalog/vllm || exit 1; \
@@ -45,7 +51,7 @@ vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each inst
 test-unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q
 
-test: venv cluster-bins lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane
+test: venv cluster-bins vllm-newest lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)

@@ -348,6 +348,8 @@ def check_release(release: str, cases: list[Case]) -> ReleaseReport:
     queries: list[dict[str, Any]] = []
     expectations: list[tuple[Case, DeepSeekServingSpec, dict[tuple[int, int], Rendered], int]] = []
     for case in cases:
+        # The spec names the release it is checked against (as a user of that image would).
+        case = Case(case.id, {**case.raw, "vllmVersion": release})
         spec, admission = parse_unchecked(case.raw)
         facts = find_checkpoint(spec.model.name)
         rendered = {cc: render(spec, cc) for cc in capabilities}

@@ -53,6 +53,14 @@ class Tripwire(Exception):
     """Raised where construction would start building weights: every guard before it passed."""
 
 
+class WeightsTripwire:
+    """Stands in for a layer or expert class the constructor builds after its guards: a class
+    (some releases subclass the expert class at import), whose construction trips."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        raise Tripwire("weights")
+
+
 def _optional_import(name: str) -> types.ModuleType | None:
     try:
         return importlib.import_module(name)
@@ -347,8 +355,7 @@ def moe_constructor(
     init_mega = getattr(cls, "_init_mega_moe_experts", None)
     guards = tuple(base_init) + ((init_mega,) if init_mega else ())
 
-    def tripwire(*_a: Any, **_k: Any) -> Any:
-        raise Tripwire("weights")
+    tripwire = WeightsTripwire
 
     modules = {sys.modules[c.__module__] for c in cls.__mro__ if c.__module__.startswith("vllm.")}
     patches = {"GateLinear": tripwire}

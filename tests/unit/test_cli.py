@@ -182,3 +182,32 @@ def test_closed_pipe_is_not_a_traceback() -> None:
     assert first
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
     assert proc.returncode in (0, 141)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        pytest.param({"vllmVersion": "0.29.0"}, "spec.vllmVersion", id="unsupported vllmVersion"),
+        pytest.param(
+            {"image": "vllm/vllm-openai:v0.12.0"}, "spec.image", id="unsupported image tag"
+        ),
+        pytest.param(
+            {"moeBackend": "flashinfer_moe_ep_mega_cutedsl", "vllmVersion": "0.33.0"},
+            "spec.moeBackend",
+            id="backend the release lacks",
+        ),
+    ],
+)
+def test_render_refuses_an_unsupported_release_in_one_line(
+    tmp_path: pathlib.Path, edit: dict[str, str], field: str
+) -> None:
+    doc = yaml.safe_load(pathlib.Path(SEED).read_text())
+    doc["spec"].update(edit)
+    path = tmp_path / "dss.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = run("render", "-f", str(path), "--nodes", str(ROOT / "examples/nodes-gb200.yaml"))
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr
+    assert lines[0].startswith(f"error: {path}: {field}: Invalid value: ")
+    assert "0.33.0" in lines[0]

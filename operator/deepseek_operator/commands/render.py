@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
+from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
@@ -174,6 +175,26 @@ def _pod_args(objects: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _release_refusal(spec: DeepSeekServingSpec, res: Resolution) -> str:
+    """One line when the vLLM release is unsupported or lacks the backend ('' otherwise): the
+    operator would only report BackendResolved=False, so the preview stops there."""
+    for check in res.checks:
+        if check.passed:
+            continue
+        if check.name == "VLLMRelease":
+            field, value = (
+                ("spec.vllmVersion", spec.vllm_version)
+                if spec.vllm_version
+                else ("spec.image", spec.image)
+            )
+            return f"{field}: Invalid value: {value!r}: {check.message}"
+        if check.name == "KnownMoEBackend":
+            return (
+                f"spec.moeBackend: Invalid value: {spec.moe_backend_as_written!r}: {check.message}"
+            )
+    return ""
+
+
 NAME = "render"
 HELP = "preview the decision, status and manifests offline"
 
@@ -231,6 +252,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 1
     res, status, objects = planned.resolution, planned.status, planned.objects
+    refusal = _release_refusal(obj.spec, res)
+    if refusal:
+        sys.stderr.write(f"error: {args.filename}: {refusal}\n")
+        return 1
     if args.output == "json":
         sys.stdout.write(
             json.dumps({"status": status_dict(status), "objects": objects}, indent=2) + "\n"

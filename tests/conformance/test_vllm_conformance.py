@@ -1,0 +1,46 @@
+"""Conformance with the newest supported vLLM release, run by `make test` (all releases:
+`make conformance`): the harness renders ~1,200 DeepSeekServings with our renderer and asks the
+release's own parser and guards (conformance/oracle.py, in the release's cached virtualenv) about
+each on five GPU generations; any disagreement fails with the spec that shows it.
+
+Without the release's virtualenv (hack/install-vllm.sh --newest, which `make test` runs) the test
+skips with that command, except under CI or DSO_REQUIRE_CLUSTER=1 (`make test`) where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from conformance.harness import oracle_python
+
+from deepseek_operator.catalog.vllm import newest_release
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_newest_release_conforms() -> None:
+    release = newest_release()
+    if not oracle_python(release).exists():
+        message = f"vLLM {release} is not installed: run hack/install-vllm.sh --newest"
+        required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+        if required or os.environ.get("DSO_REQUIRE_CLUSTER", "") not in ("", "0"):
+            pytest.fail(message)
+        pytest.skip(message)
+    out = subprocess.run(
+        [sys.executable, "-m", "conformance.harness", "--newest"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1200,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+    table = out.stdout.splitlines()[0]
+    assert table.startswith(f"vLLM {release}") and "mismatches    0" in table
+    specs = int(table.split("specs")[1].split()[0])
+    checks = int(table.split("guard/SP checks")[1].split()[0])
+    assert specs >= 1000 and checks >= 5 * 1000, table
