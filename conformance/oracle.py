@@ -416,15 +416,20 @@ def mega_moe_capability(
     module: types.ModuleType, backend: str, hf: SimpleNamespace
 ) -> dict[str, str] | None:
     """The native MegaMoE capability and shape check: `check_deep_gemm_mega_moe_supported`, or
-    in older releases `DeepseekV4MegaMoEExperts._check_runtime_supported` (run at weight load)."""
+    `get_deep_gemm_mega_moe_backend` (0.32), or `DeepseekV4MegaMoEExperts._check_runtime_supported`
+    (0.30, 0.31; run at weight load)."""
     if backend not in MEGA_MOE_BACKENDS or backend in FLASHINFER_MOE_EP_BACKENDS:
         return None
     import torch
 
     device = torch.device("cuda", 0)
+    # 0.33: a check function; 0.32: the backend factory that runs the same checks.
     check = getattr(mega_moe_module, "check_deep_gemm_mega_moe_supported", None)
+    probe = "check_deep_gemm_mega_moe_supported"
+    if check is None:
+        check = getattr(mega_moe_module, "get_deep_gemm_mega_moe_backend", None)
+        probe = "get_deep_gemm_mega_moe_backend"
     if check is not None:
-        probe = "check_deep_gemm_mega_moe_supported"
 
         def call() -> Any:
             return check(device, hf.hidden_size, hf.moe_intermediate_size)
@@ -435,7 +440,8 @@ def mega_moe_capability(
         )
         runtime_check = getattr(experts, "_check_runtime_supported", None)
         if runtime_check is None:
-            return None
+            # A release that moved the check again: say so rather than pass it silently.
+            raise RuntimeError("no MegaMoE capability/shape check found in this release")
         probe = "DeepseekV4MegaMoEExperts._check_runtime_supported"
         stub = SimpleNamespace(
             w13_weight=SimpleNamespace(device=device),
