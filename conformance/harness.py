@@ -42,7 +42,7 @@ from deepseek_operator.engine.checks import CheckCategory
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
-from deepseek_operator.render.argv import PodRole, vllm_args
+from deepseek_operator.render.argv import LEADER_ADDRESS, WORKER_INDEX, PodRole, vllm_args
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("DSO_CACHE", Path.home() / ".cache/deepseek-operator"))
@@ -243,13 +243,18 @@ class Rendered:
     admission: set[str] = field(default_factory=set)  # our admission rules the spec breaks
 
 
+# What Kubernetes substitutes for the $(VAR) references LeaderWorkerSet pods carry.
+POD_ENV = {LEADER_ADDRESS: "10.0.0.1", WORKER_INDEX: "1"}
+
+
 def render(spec: DeepSeekServingSpec, cc: tuple[int, int]) -> Rendered:
-    """Decide on `cc` nodes and render the argv of the head pod (and a worker pod)."""
+    """Decide on `cc` nodes and render the argv of the head pod (and a worker pod), with the pod
+    environment references expanded as Kubernetes would."""
     res = resolve(spec, inventory(cc))
-    roles = [PodRole(0, "10.0.0.1")]
+    roles = [PodRole(leader=True)]
     if res.pods_per_replica > 1:
-        roles.append(PodRole(1, "10.0.0.1"))
-    argv = [["serve", *vllm_args(spec, res, role)] for role in roles]
+        roles.append(PodRole(leader=False))
+    argv = [["serve", *(POD_ENV.get(a, a) for a in vllm_args(spec, res, role))] for role in roles]
     return Rendered(res, argv)
 
 
@@ -330,7 +335,9 @@ def parsed_mismatches(
     }
     if res.pods_per_replica > 1:
         expected["data_parallel_size_local"] = p.dp_local
-        expected["data_parallel_start_rank"] = p.dp_local if worker else None
+        expected["nnodes"] = res.pods_per_replica
+        expected["node_rank"] = 1 if worker else 0
+        expected["data_parallel_address"] = POD_ENV[LEADER_ADDRESS]
     out = []
     for key, want in expected.items():
         got = parsed.get(key)

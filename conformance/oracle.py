@@ -111,6 +111,8 @@ def parsed_values(args: Any, engine_args: Any) -> dict[str, Any]:
         "data_parallel_size": ea.data_parallel_size,
         "data_parallel_size_local": ea.data_parallel_size_local,
         "data_parallel_start_rank": getattr(ea, "data_parallel_start_rank", None),
+        "nnodes": getattr(ea, "nnodes", None),
+        "node_rank": getattr(ea, "node_rank", None),
         "data_parallel_address": ea.data_parallel_address,
         "data_parallel_rpc_port": ea.data_parallel_rpc_port,
         "prefill_context_parallel_size": getattr(ea, "prefill_context_parallel_size", 1),
