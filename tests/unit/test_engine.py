@@ -11,6 +11,7 @@ from deepseek_operator.api.backends import MOE_BACKENDS
 from deepseek_operator.engine.checks import CheckCategory
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.layout import sequence_parallel
+from deepseek_operator.engine.release import image_tag_release
 from deepseek_operator.engine.stability import PreviousDecision
 
 # --- auto becomes deep_gemm_mega_moe only when every rule holds --------------------------------
@@ -537,3 +538,18 @@ def test_a_better_decision_is_reported_not_applied() -> None:
     assert res.moe_backend == "auto"
     assert "has become possible" in res.message
     assert res.condition_reason == "KeptAuto"
+
+
+@pytest.mark.parametrize(
+    ("image", "release"),
+    [
+        ("vllm/vllm-openai:v0.33.0", "0.33.0"),
+        ("registry.example.com:5000/vllm/vllm-openai:v0.32.0", "0.32.0"),
+        ("vllm/vllm-openai:v0.31.0@sha256:" + "0" * 64, "0.31.0"),
+        ("registry.example.com:5000/vllm/vllm-openai", None),
+        ("vllm/vllm-openai:deepseekv41-flash-0909", None),
+        ("vllm/vllm-openai:v0.33", None),
+    ],
+)
+def test_image_tag_release(image: str, release: str | None) -> None:
+    assert image_tag_release(image) == release
