@@ -59,8 +59,26 @@ def parity_namespace(crds: ControlPlane) -> Any:
     crds.delete_namespace(name)
 
 
+def _as_kubectl_sends(value: Any) -> Any:
+    """``value`` as ``kubectl apply`` puts it on the wire.
+
+    kubectl decodes the manifest into Go values and encodes them again, and Go's JSON encoder
+    writes an integral float64 without a fraction (``1.0`` → ``1``), which the API server then
+    reads as an integer. The Python client would send ``1.0`` verbatim, which the server's CEL
+    sees as a double: a transport artefact no ``kubectl apply`` user meets, and ``render``
+    models what kubectl sends.
+    """
+    if isinstance(value, dict):
+        return {key: _as_kubectl_sends(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_kubectl_sends(item) for item in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
 def _server(api: Any, namespace: str, doc: dict[str, Any]) -> tuple[bool, str]:
-    body = copy.deepcopy(doc)
+    body = _as_kubectl_sends(doc)
     if isinstance(body.get("metadata"), dict):
         body["metadata"]["namespace"] = namespace
     try:
