@@ -122,3 +122,34 @@ def test_indexes_keep_bodies_without_managed_fields() -> None:
     assert kept == {"kind": "Deployment", "metadata": {"name": "a", "resourceVersion": "7"},
                     "spec": {"replicas": 1}}  # fmt: skip
     assert body["metadata"]["managedFields"] == [{"manager": "x"}]  # the event's body is untouched
+
+
+class _Discovery:
+    """A KubeClient stand-in answering ``served`` from a set, counting discovery rounds."""
+
+    def __init__(self, served: set[str]) -> None:
+        self.served_kinds = served
+        self.asked = 0
+
+    def forget_resources(self) -> None:
+        pass
+
+    def served(self, api_version: str, kind: str) -> bool:
+        self.asked += 1
+        return kind in self.served_kinds
+
+
+def test_addon_crd_events_decide_what_is_served_before_discovery_catches_up() -> None:
+    from deepseek_operator.controller.handlers import LWS_CRD, ClusterApiProbe
+
+    kube = _Discovery(set())  # discovery has not listed the new group yet
+    probe = ClusterApiProbe(kube, compute_domain_enabled=True)  # type: ignore[arg-type]
+    assert probe.current().leader_worker_set is False
+    established = {"status": {"conditions": [{"type": "Established", "status": "True"}]}}
+    probe.crd_seen(LWS_CRD, {"status": {"conditions": []}})
+    assert probe.current().leader_worker_set is False  # created, not yet established
+    probe.crd_seen(LWS_CRD, established)
+    assert probe.current().leader_worker_set is True  # the event wins over stale discovery
+    probe.crd_seen(LWS_CRD, None)
+    assert probe.current().leader_worker_set is False
+    assert kube.asked == 2  # one discovery round (two kinds), cached since

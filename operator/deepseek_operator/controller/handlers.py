@@ -55,7 +55,10 @@ CHILD_DEBOUNCE_S = 0.2
 API_RECHECK_S = 30.0
 LWS_GROUP, LWS_VERSION = LWS_API_VERSION.split("/")
 CD_GROUP, CD_VERSION = COMPUTE_DOMAIN_API_VERSION.split("/")
-ADDON_CRDS = (f"leaderworkersets.{LWS_GROUP}", f"computedomains.{CD_GROUP}")
+LWS_CRD = f"leaderworkersets.{LWS_GROUP}"
+CD_CRD = f"computedomains.{CD_GROUP}"
+ADDON_CRDS = (LWS_CRD, CD_CRD)
+RETRY_S = 10.0
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
 
 ServingKey = tuple[str, str]  # (namespace, name)
@@ -101,31 +104,48 @@ class Indexes:
 
 
 class ClusterApiProbe:
-    """What add-on APIs the cluster serves, from discovery, re-checked at most every
-    :data:`API_RECHECK_S` seconds (an add-on installed or removed later is seen)."""
+    """What add-on APIs the cluster serves.
+
+    The add-on CRDs' own watch events are authoritative (a CRD with ``Established=True`` is
+    served; a deleted one is not): :meth:`crd_seen` records them. For a CRD no event has told
+    about yet, discovery answers, re-checked at most every :data:`API_RECHECK_S` seconds.
+    """
 
     def __init__(self, kube: KubeClient, compute_domain_enabled: bool) -> None:
         self.kube = kube
         self.compute_domain_enabled = compute_domain_enabled
         self._checked_at = -API_RECHECK_S
-        self._apis = ClusterApis(compute_domain_enabled=compute_domain_enabled)
+        self._discovered: dict[str, bool] = {}
+        self._established: dict[str, bool] = {}  # CRD name -> Established, from its events
 
-    def invalidate(self) -> None:
-        """Ask discovery again on the next :meth:`current` (a watched CRD changed)."""
-        self._checked_at = -API_RECHECK_S
+    def crd_seen(self, name: str, body: Mapping[str, Any] | None) -> None:
+        """An add-on CRD's event (``body`` None: deleted)."""
+        conditions = ((body or {}).get("status") or {}).get("conditions") or []
+        self._established[name] = body is not None and any(
+            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+        )
+        self.kube.forget_resources()  # its REST path may have come or gone
 
     def current(self) -> ClusterApis:
-        """The cached answer, refreshed when stale (runs in a worker thread: it may block)."""
+        """What is served now (runs in a worker thread: discovery may block)."""
         now = time.monotonic()
         if now - self._checked_at >= API_RECHECK_S:
             self.kube.forget_resources()
-            self._apis = ClusterApis(
-                leader_worker_set=self.kube.served(LWS_API_VERSION, LWS_KIND),
-                compute_domain=self.kube.served(COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_KIND),
-                compute_domain_enabled=self.compute_domain_enabled,
-            )
+            self._discovered = {
+                LWS_CRD: self.kube.served(LWS_API_VERSION, LWS_KIND),
+                CD_CRD: self.kube.served(COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_KIND),
+            }
             self._checked_at = now
-        return self._apis
+
+        def served(crd: str) -> bool:
+            known = self._established.get(crd)
+            return known if known is not None else self._discovered.get(crd, False)
+
+        return ClusterApis(
+            leader_worker_set=served(LWS_CRD),
+            compute_domain=served(CD_CRD),
+            compute_domain_enabled=self.compute_domain_enabled,
+        )
 
 
 class OperatorState:
@@ -216,6 +236,9 @@ class OperatorState:
                     "Reconcile failed",
                     extra={"namespace": key[0], "name_": key[1], "trigger": trigger},
                 )
+                # No watch event may come again (e.g. a new CRD whose REST path discovery did
+                # not list yet): try again later, as kopf does for its own handlers.
+                self.schedule(key, delay=RETRY_S, trigger="retry")
 
         self.pending[key] = asyncio.create_task(later())
 
@@ -333,12 +356,16 @@ async def reconcile_serving(
 
 
 @kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-async def addon_crd_changed(name: str, type: str, memo: OperatorState, **kwargs: Any) -> None:
-    """LeaderWorkerSet or ComputeDomain installed or removed: decide again for every object."""
-    if name not in ADDON_CRDS or type is None:
+async def addon_crd_changed(
+    name: str, type: str, body: kopf.Body, memo: OperatorState, **kwargs: Any
+) -> None:
+    """LeaderWorkerSet or ComputeDomain installed, established or removed: decide again."""
+    if name not in ADDON_CRDS:
+        return
+    memo.apis.crd_seen(name, None if type == "DELETED" else body)
+    if type is None:  # the initial listing: resume reconciles every DeepSeekServing anyway
         return
     indexes = memo.remember(kwargs)
-    memo.apis.invalidate()
     for key in list(indexes.servings):
         memo.schedule(key, delay=NODE_DEBOUNCE_S, trigger="crd")
 
