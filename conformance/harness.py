@@ -58,7 +58,11 @@ CAPABILITY_PRODUCTS: dict[tuple[int, int], str] = {
 
 MODELS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4.1-Flash")
 # Checkpoint variants a user can describe with spec.model overrides (fp8 experts: V4-Flash-Base).
-MODEL_VARIANTS: dict[str, dict[str, Any]] = {"": {}, "fp8-experts": {"expertDtype": "fp8"}}
+MODEL_VARIANTS: dict[str, dict[str, Any]] = {
+    "": {},
+    "fp8-experts": {"expertDtype": "fp8"},
+    "topk-not-normalised": {"normTopkProb": False},
+}
 BACKENDS = (
     "auto",
     "deep_gemm_mega_moe",
@@ -227,7 +231,7 @@ def model_config(spec: DeepSeekServingSpec, facts: CheckpointFacts | None) -> di
         "n_routed_experts": pick(m.num_routed_experts, "num_routed_experts", 256),
         "expert_dtype": pick(m.expert_dtype, "expert_dtype", "fp4"),
         "scoring_func": pick(m.scoring_func, "scoring_func", "sqrtsoftplus"),
-        "norm_topk_prob": True,
+        "norm_topk_prob": pick(m.norm_topk_prob, "norm_topk_prob", True),
         "num_draft_routed_experts": pick(
             m.num_draft_routed_experts, "num_draft_routed_experts", None
         ),

@@ -244,6 +244,7 @@ def test_user_facts_make_an_unknown_checkpoint_eligible() -> None:
                 "architecture": "DeepseekV41ForCausalLM",
                 "expertDtype": "fp4",
                 "scoringFunc": "sqrtsoftplus",
+                "normTopkProb": True,
                 "hiddenSize": 5120,
                 "moeIntermediateSize": 2304,
                 "numRoutedExperts": 384,
@@ -553,3 +554,15 @@ def test_a_better_decision_is_reported_not_applied() -> None:
 )
 def test_image_tag_release(image: str, release: str | None) -> None:
     assert image_tag_release(image) == release
+
+
+def test_megamoe_needs_normalised_top_k_from_vllm_0_31() -> None:
+    off = {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "normTopkProb": False}
+    res = resolve(spec(model=off, moeBackend="deep_gemm_mega_moe"), gb200_pool())
+    assert not res.backend_runnable and res.reason == "NormTopkProbFailed"
+    assert "requires normalized top-k probabilities" in res.message
+    old = resolve(
+        spec(model=off, moeBackend="deep_gemm_mega_moe", vllmVersion="0.30.0"), gb200_pool()
+    )
+    assert old.backend_runnable, old.message
+    assert resolve(spec(model=off), gb200_pool()).moe_backend == "auto"

@@ -65,6 +65,9 @@ class ModelSpec(ApiModel):
     scoring_func: str | None = Field(default=None, max_length=64)
     """Router scoring function from the HF config; MegaMoE needs sqrtsoftplus."""
 
+    norm_topk_prob: bool | None = None
+    """Whether the router renormalises its top-k probabilities (HF config norm_topk_prob); vLLM 0.31+ MegaMoE needs true."""
+
     hidden_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Model hidden size; MegaMoE needs a multiple of 128."""
 

@@ -24,6 +24,7 @@ class CheckpointFacts:
     num_draft_routed_experts: int | None
     min_vllm: str
     vram_minimum_gb: int | None = None  # the vLLM recipe's vram_minimum_gb (total per replica)
+    norm_topk_prob: bool = True  # HF config: the router renormalises its top-k probabilities
 
 
 V4_ARCH = "DeepseekV4ForCausalLM"

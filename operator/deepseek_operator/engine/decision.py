@@ -188,6 +188,9 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
         _memory_check(inputs),
         node_checks.capacity(mega_placement, spec.replicas, "MegaMoECapacity"),
     ]
+    rules = inputs.release.rules
+    if rules is not None and rules.norm_topk_prob_guard:
+        checks.insert(-2, spec_checks.normalized_top_k(facts, "R6"))
     failures = failed(checks)
     if not failures:
         message = (
@@ -239,6 +242,8 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
             spec_checks.expert_parallel(spec, layout.expert_parallel_size, "A1", need_two=False)
         )
         checks.append(spec_checks.routing(facts, "A2"))
+        if rules.norm_topk_prob_guard:
+            checks.append(spec_checks.normalized_top_k(facts, "A2"))
     elif flashinfer and rules.flashinfer_needs_ep_group:
         checks.append(spec_checks.flashinfer_expert_parallel(spec, expert_group))
     checks.append(spec_checks.expert_dtype(facts, "A3"))

@@ -11,6 +11,7 @@ _FACT_FIELDS = (
     "architecture",
     "expert_dtype",
     "scoring_func",
+    "norm_topk_prob",
     "hidden_size",
     "moe_intermediate_size",
     "num_routed_experts",
@@ -27,6 +28,7 @@ class ModelFacts:
     architecture: str | None = None
     expert_dtype: str | None = None
     scoring_func: str | None = None
+    norm_topk_prob: bool | None = None
     hidden_size: int | None = None
     moe_intermediate_size: int | None = None
     num_routed_experts: int | None = None

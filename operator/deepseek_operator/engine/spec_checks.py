@@ -135,6 +135,31 @@ def routing(facts: ModelFacts, rule: str) -> CheckResult:
     )
 
 
+def normalized_top_k(facts: ModelFacts, rule: str) -> CheckResult:
+    """A2 (vLLM 0.31+): the router renormalises its top-k probabilities."""
+    value = facts.norm_topk_prob
+    if value is None:
+        return check(
+            "NormTopkProb", SPEC, rule, False, "norm_topk_prob unknown: set spec.model.normTopkProb"
+        )
+    if value:
+        return check(
+            "NormTopkProb",
+            SPEC,
+            rule,
+            True,
+            f"top-k probabilities renormalised ({facts.source('norm_topk_prob')})",
+        )
+    return check(
+        "NormTopkProb",
+        SPEC,
+        rule,
+        False,
+        f"norm_topk_prob false ({facts.source('norm_topk_prob')}). vLLM: DeepSeek V4 MegaMoE "
+        "requires normalized top-k probabilities.",
+    )
+
+
 def dimensions(
     facts: ModelFacts,
     spec: DeepSeekServingSpec,
