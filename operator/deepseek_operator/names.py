@@ -125,6 +125,8 @@ PLACEABLE = "Placeable"
 """Enough eligible nodes exist for every replica's expert-parallel group."""
 READY = "Ready"
 """All replicas' pods are ready (summary, positive polarity)."""
+WORKLOAD_APPLIED = "WorkloadApplied"
+"""The API server accepted every child object the operator wrote (False carries its refusal)."""
 
 # --- condition and decision reasons ----------------------------------------------------------
 
@@ -155,6 +157,12 @@ REASON_DRA_DRIVER_MISSING = "DRADriverNotInstalled"
 REASON_COMPUTE_DOMAIN_DISABLED = "ComputeDomainDisabled"
 REASON_INVALID_SPEC = "InvalidSpec"
 """The spec breaks a static rule (normally stopped by the API server's CEL rules)."""
+REASON_APPLIED = "Applied"
+"""WorkloadApplied is True: the API server accepted every child object."""
+REASON_WORKLOAD_REFUSED = "WorkloadRefused"
+"""The API server refused a child object; the message is its own words (retried with backoff)."""
+REASON_PODS_REFUSED = "PodsRefused"
+"""A child's controller cannot create pods (FailedCreate, e.g. Pod Security admission)."""
 
 
 def failed_reason(check_name: str) -> str:
@@ -170,3 +178,5 @@ EVENT_BACKEND_UNRUNNABLE = REASON_BACKEND_UNRUNNABLE
 """Warning event: the decided (explicit) backend cannot run on any candidate node."""
 EVENT_INVALID_SPEC = REASON_INVALID_SPEC
 """Warning event: the spec breaks a static rule."""
+EVENT_WORKLOAD_REFUSED = REASON_WORKLOAD_REFUSED
+"""Warning event: the API server refused a child object (its message is in the event)."""

@@ -78,6 +78,18 @@ class Observed:
             serving=status.ready_replicas > 0,
         )
 
+    def pod_refusal(self) -> str | None:
+        """Why a child's controller cannot create pods, in its own words (or None).
+
+        A Deployment reports it as the ``ReplicaFailure`` condition (reason ``FailedCreate``,
+        e.g. a Pod Security admission refusal) that it copies from its ReplicaSet.
+        """
+        for (kind, name), body in sorted(self.children.items()):
+            for cond in (body.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+                    return f"{kind}/{name}: {cond.get('reason', '')}: {cond.get('message', '')}"
+        return None
+
     def ready_replicas(self, res: Resolution, serving: ServingObject) -> int:
         """Replicas whose pods are all ready, from the live children's status.
 
@@ -128,6 +140,7 @@ def plan(
         now=now,
         previous_conditions=observed.conditions,
         observed=observed.live,
+        pod_refusal=observed.pod_refusal(),
     )
     return Plan(resolution=res, objects=render_objects(serving, res), status=status)
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import yaml
+from kubernetes.client.rest import ApiException
 from tests.unit.factories import agent_labels, gb200_pool, node
 from tests.unit.factories import inventory as make_inventory
 
+from deepseek_operator.controller.kube import OwnerGone
 from deepseek_operator.controller.reconcile import Reconciler
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
@@ -26,8 +29,18 @@ class FakeKube:
         self.calls: list[tuple[str, str]] = []
         self.statuses: list[dict[str, Any]] = []
         self.rv = 100
+        self.deleted: set[str] = set()  # uids the "API server" no longer has
+        self.refuse: dict[str, str] = {}  # "Kind/name" -> the API server's message (HTTP 422)
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        child = f"{obj['kind']}/{obj['metadata']['name']}"
+        if child in self.refuse:
+            self.calls.append(("refused", child))
+            raise ApiException(
+                status=422,
+                reason="Unprocessable Entity",
+                body=json.dumps({"message": self.refuse[child]}),
+            )
         self.rv += 1
         self.calls.append(("apply", f"{obj['kind']}/{obj['metadata']['name']}"))
         out = copy.deepcopy(obj)
@@ -37,9 +50,17 @@ class FakeKube:
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         self.calls.append(("delete", f"{kind}/{name}"))
 
+    async def check_owner(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("get", name))
+        if uid in self.deleted:
+            raise OwnerGone(f"{namespace}/{name}")
+
     async def patch_status(
-        self, namespace: str, name: str, status: dict[str, Any]
+        self, namespace: str, name: str, uid: str, status: dict[str, Any]
     ) -> dict[str, Any]:
+        if uid in self.deleted:
+            self.calls.append(("status-404", name))
+            raise OwnerGone(f"{namespace}/{name}")
         self.rv += 1
         self.calls.append(("status", name))
         self.statuses.append(copy.deepcopy(status))
@@ -92,7 +113,8 @@ def test_a_child_deleted_by_hand_is_applied_again() -> None:
     rec.child_deleted("llm", "Service", "a")
     kube.calls.clear()
     _run(rec, a, inv)
-    assert kube.calls == [("apply", "Service/a")]
+    # The status is unchanged, so one GET proves the owner still lives before the write.
+    assert kube.calls == [("get", "a"), ("apply", "Service/a")]
 
 
 def test_a_stale_child_of_the_same_serving_is_deleted() -> None:
@@ -166,3 +188,67 @@ def test_an_object_is_parsed_once_per_generation(monkeypatch: Any) -> None:
     body["metadata"]["generation"] = 2
     _run(rec, body, inv)
     assert parsed == [1, 2]
+
+
+def test_a_deleted_owner_ends_the_work_and_is_never_reconciled_again() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)
+    inv = gb200_pool()
+    a = _body("a")
+    _run(rec, a, inv)
+    # The watch restarted across the deletion: the index still serves the old body, and the
+    # garbage collector deleted the children (the index shows none).
+    kube.deleted.add("uid-a")
+    rec.child_deleted("llm", "Deployment", "a")
+    rec.child_deleted("llm", "Service", "a")
+    kube.calls.clear()
+    assert _run(rec, a, inv) is None
+    assert kube.calls == [("get", "a")]  # proven gone before any child write
+    kube.calls.clear()
+    for _ in range(3):
+        assert _run(rec, a, inv) is None
+    assert kube.calls == []  # remembered: no more requests, no more applies
+    # A new object under the same name (another uid) is served normally.
+    again = _body("a")
+    again["metadata"]["uid"] = "uid-a2"
+    assert _run(rec, again, inv) is not None
+    assert ("apply", "Deployment/a") in kube.calls
+
+
+def test_a_status_write_for_a_deleted_owner_ends_the_work() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)
+    kube.deleted.add("uid-a")
+    assert _run(rec, _body("a"), gb200_pool()) is None
+    assert kube.calls == [("status-404", "a")]  # nothing applied after the 404
+
+
+def test_a_refused_child_is_reported_and_retried_with_growing_backoff() -> None:
+    kube = FakeKube()
+    events: list[tuple[str, str, str]] = []
+    rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append((t, r, m)))  # type: ignore[arg-type]
+    kube.refuse["Deployment/a"] = (
+        'Deployment.apps "a" is invalid: spec.template.spec.containers[0].env[0].name: Required value'
+    )
+    a, inv = _body("a"), gb200_pool()
+    first = _run(rec, a, inv)
+    assert first.refused and first.retry_after == 10
+    status = kube.statuses[-1]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["WorkloadApplied"]["status"] == "False"
+    assert conditions["WorkloadApplied"]["reason"] == "WorkloadRefused"
+    assert "env[0].name: Required value" in conditions["WorkloadApplied"]["message"]
+    assert conditions["Ready"]["reason"] == "WorkloadRefused"
+    assert [e[:2] for e in events if e[1] == "WorkloadRefused"] == [("Warning", "WorkloadRefused")]
+    a["status"] = status
+    assert _run(rec, a, inv).retry_after == 20
+    assert _run(rec, a, inv).retry_after == 40
+    # The same refusal again: no new event, no status rewrite.
+    assert len([e for e in events if e[1] == "WorkloadRefused"]) == 1
+    # Accepted at last: WorkloadApplied flips to True and the backoff resets.
+    del kube.refuse["Deployment/a"]
+    done = _run(rec, a, inv)
+    assert not done.refused and done.retry_after is None
+    conditions = {c["type"]: c for c in kube.statuses[-1]["conditions"]}
+    assert conditions["WorkloadApplied"]["status"] == "True"
+    assert conditions["WorkloadApplied"]["reason"] == "Applied"

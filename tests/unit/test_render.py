@@ -84,7 +84,14 @@ def test_deployment_pod_template_for_mega_moe() -> None:
         container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"]
         >= 3600
     )
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["volumes"]
+    # Hardened: no token, no escalation, default seccomp, no raw sockets (Pod Security baseline).
+    assert pod["automountServiceAccountToken"] is False
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["NET_RAW"]},
+    }
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]

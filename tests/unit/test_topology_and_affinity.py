@@ -68,7 +68,8 @@ def test_milli_quantities_and_not_ready_nodes() -> None:
 
 # Every combination of the labels the decision reads, to prove affinity == engine.
 AGENT_FAMILY = [None, "sm100", "sm90", "sm120"]
-GFD_MAJOR = [None, "10", "9", "12"]
+# Garbled values too: "010" is 10 to int() but to no `In` selector; "ten" is nothing.
+GFD_MAJOR = [None, "10", "9", "12", "010", "ten", " 10"]
 PRODUCT = [
     None,
     "NVIDIA-GB200",
@@ -131,3 +132,41 @@ def test_affinity_admits_exactly_the_nodes_the_engine_admits(requirement: NodeRe
         assert admitted == 0
     else:
         assert admitted > 0
+
+
+@pytest.mark.parametrize(
+    ("labels", "quoted"),
+    [
+        ({"nvidia.com/gpu.compute.major": "010"}, "nvidia.com/gpu.compute.major='010'"),
+        ({"nvidia.com/gpu.compute.major": "ten"}, "nvidia.com/gpu.compute.major='ten'"),
+        ({"nvidia.com/gpu.memory": "1e99"}, "nvidia.com/gpu.memory='1e99'"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_a_garbled_label_is_quoted_raw_and_never_read_as_a_fact(
+    labels: dict[str, str], quoted: str
+) -> None:
+    raw = node("g0", labels=labels)
+    facts = node_facts(raw)
+    assert any(quoted in p for p in facts.label_problems), facts.label_problems
+    if "compute.major" in quoted:
+        # Not SM100 to the engine, as to the scheduler; and no CC read from the product instead.
+        assert not facts.is_sm100 and facts.cc is None
+
+
+def test_memory_labels_are_compared_as_the_scheduler_parses_them() -> None:
+    terms = affinity_terms(NodeRequirement(Requirement.ANY_GPU, min_gpu_memory_mib=1000))
+    for value, fits in (
+        ("2000", True),
+        ("02000", True),
+        ("+2000", True),
+        (" 2000", False),
+        ("2_000", False),
+        ("1e99", False),
+    ):
+        labels = {"nvidia.com/gpu.memory": value}
+        facts = node_facts({"metadata": {"name": "n", "labels": labels}, "status": {}})
+        assert node_matches(labels, terms) is fits, value
+        assert (
+            NodeRequirement(Requirement.ANY_GPU, min_gpu_memory_mib=1000).admits(facts) is fits
+        ), value

@@ -215,6 +215,8 @@ def _check_scalar(path: str, value: Any, schema: dict[str, Any]) -> Any:
                 op = "less than" if schema.get("exclusiveMaximum") else "less than or equal to"
                 raise _refuse(path, value, f"{path} in body should be {op} {high}")
     if isinstance(value, str):
+        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+            raise _refuse(path, value, f"{path} in body should match '{schema['pattern']}'")
         length = len(value)
         if "maxLength" in schema and length > schema["maxLength"]:
             raise _refuse(

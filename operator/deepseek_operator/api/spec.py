@@ -31,6 +31,9 @@ from deepseek_operator.api.rules import (
 )
 from deepseek_operator.errors import SpecError
 
+# A Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity), e.g. 32Gi or 500M.
+QUANTITY_PATTERN = r"^[+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+
 
 class ApiModel(BaseModel):
     """Base of every API model: camelCase aliases, attribute docstrings as descriptions."""
@@ -240,6 +243,12 @@ class DeepSeekServingSpec(ApiModel):
 
     port: int = Field(default=8000, ge=1, le=65535)
     """HTTP port of the OpenAI-compatible server and of the Service."""
+
+    shm_size_limit: str = Field(default="32Gi", pattern=QUANTITY_PATTERN, max_length=32)
+    """sizeLimit of the memory-backed /dev/shm volume (vLLM's workers exchange tensors through it); it counts against the pod's memory."""
+
+    automount_service_account_token: bool = False
+    """Mount the namespace's ServiceAccount token into the vLLM pods. vLLM never calls the Kubernetes API, so the token stays out unless you ask for it."""
 
     # The user's spelling of moeBackend, kept for messages and status.decision.requested.
     _moe_backend_as_written: str = PrivateAttr(default="")

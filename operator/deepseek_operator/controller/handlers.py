@@ -30,7 +30,7 @@ from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import WRITER_THREADS, KubeClient
 from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import NodeWatch
-from deepseek_operator.controller.reconcile import Reconciler
+from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
@@ -58,7 +58,12 @@ CD_GROUP, CD_VERSION = COMPUTE_DOMAIN_API_VERSION.split("/")
 LWS_CRD = f"leaderworkersets.{LWS_GROUP}"
 CD_CRD = f"computedomains.{CD_GROUP}"
 ADDON_CRDS = (LWS_CRD, CD_CRD)
-RETRY_S = 10.0
+# A failed scheduled reconcile may see no watch event again (e.g. a new CRD whose REST path
+# discovery did not list yet): it is tried again after this long, as kopf does for handlers.
+BACKOFF_AFTER_ERROR_S = 10.0
+# kopf peering: a peer whose heartbeat is older than this is dead, so a standby operator takes
+# over within about this long after the active one is killed (kopf's default is 60 s).
+PEERING_LIFETIME_S = 8
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
 
 ServingKey = tuple[str, str]  # (namespace, name)
@@ -204,16 +209,18 @@ class OperatorState:
         servings = self.indexes.servings
         for key in list(servings):
             for serving in servings.get(key, []):
+                if self.reconciler.is_gone(serving):
+                    continue
                 selector = (serving.get("spec") or {}).get("nodeSelector") or {}
                 if any(change.may_affect(selector) for change in changes):
                     self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
-    async def reconcile(self, key: ServingKey, trigger: str) -> None:
+    async def reconcile(self, key: ServingKey, trigger: str) -> Outcome | None:
         """Reconcile ``key`` with whatever the indexes hold once its turn comes."""
         indexes = self.indexes
         assert indexes is not None
         await self.nodes_listed.wait()  # never decide on a partial inventory
-        await self.reconciler.reconcile(
+        return await self.reconciler.reconcile(
             key,
             lambda: indexes.body(key),
             self.nodes.inventory,
@@ -230,17 +237,28 @@ class OperatorState:
             await asyncio.sleep(delay)
             self.pending.pop(key, None)
             try:
-                await self.reconcile(key, trigger=trigger)
-            except Exception:
-                log.exception(
-                    "Reconcile failed",
+                outcome = await self.reconcile(key, trigger=trigger)
+            except Exception as exc:
+                # One line, no traceback: the next event or the backoff retries.
+                log.error(
+                    "Reconcile failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
                     extra={"namespace": key[0], "name_": key[1], "trigger": trigger},
                 )
-                # No watch event may come again (e.g. a new CRD whose REST path discovery did
-                # not list yet): try again later, as kopf does for its own handlers.
-                self.schedule(key, delay=RETRY_S, trigger="retry")
+                self.schedule(key, BACKOFF_AFTER_ERROR_S, trigger="retry")
+                return
+            if outcome is not None and outcome.retry_after is not None:
+                self.schedule(key, outcome.retry_after, trigger="backoff")
 
         self.pending[key] = asyncio.create_task(later())
+
+    def forget(self, key: ServingKey, uid: str) -> None:
+        """``key`` was deleted: cancel its pending reconcile and drop what we know about it."""
+        task = self.pending.pop(key, None)
+        if task is not None and not task.done():
+            task.cancel()
+        self.reconciler.gone(key, uid)
 
 
 @kopf.on.startup()
@@ -256,6 +274,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     )
     # Two replicas without their peering object would both act: refuse to run instead.
     settings.peering.mandatory = not settings.peering.standalone
+    settings.peering.lifetime = PEERING_LIFETIME_S
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
@@ -347,9 +366,27 @@ async def reconcile_serving(
     memo.remember(kwargs)
     meta = body.get("metadata") or {}
     try:
-        await memo.reconcile((str(meta.get("namespace")), str(meta.get("name"))), str(reason))
+        outcome = await memo.reconcile(
+            (str(meta.get("namespace")), str(meta.get("name"))), str(reason)
+        )
     except Exception as exc:
-        raise kopf.TemporaryError(f"Reconcile failed: {exc}", delay=10) from exc
+        raise kopf.TemporaryError(
+            f"Reconcile failed: {type(exc).__name__}: {exc}", delay=BACKOFF_AFTER_ERROR_S
+        ) from None
+    if outcome is not None and outcome.retry_after is not None:
+        # The API server refused a child: retry with capped exponential backoff.
+        raise kopf.TemporaryError(
+            "the API server refused " + "; ".join(outcome.refused), delay=outcome.retry_after
+        )
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def serving_event(type: str, body: kopf.Body, memo: OperatorState, **_: Any) -> None:
+    """A deleted DeepSeekServing: end its work now and forget it (no zombie reconciles)."""
+    if type == "DELETED":
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        memo.forget(key, str(meta.get("uid") or ""))
 
 
 # --- add-on CRDs (LeaderWorkerSet, ComputeDomain) ------------------------------------------------
@@ -388,5 +425,10 @@ async def child_changed(
     if type == "DELETED":
         memo.reconciler.child_deleted(str(namespace), str(body.get("kind")), str(meta.get("name")))
     owner = (meta.get("labels") or {}).get(LABEL_INSTANCE)
-    if owner and (str(namespace), owner) in indexes.servings:
-        memo.schedule((str(namespace), owner), delay=CHILD_DEBOUNCE_S, trigger="child")
+    if not owner:
+        return
+    key = (str(namespace), owner)
+    body_of_owner = indexes.body(key)
+    # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
+    if body_of_owner is not None and not memo.reconciler.is_gone(body_of_owner):
+        memo.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")

@@ -10,6 +10,7 @@ fields back from hand edits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from dataclasses import dataclass
@@ -26,6 +27,31 @@ POOL_SIZE = WRITER_THREADS + 2
 
 class KubeError(DeepSeekOperatorError):
     """The API server does not serve a kind the operator needs to write."""
+
+
+class OwnerGone(DeepSeekOperatorError):
+    """The DeepSeekServing was deleted (or replaced by a new one of the same name)."""
+
+
+class WriteRefused(DeepSeekOperatorError):
+    """The API server refused a write (invalid, forbidden, conflicting): its own words."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(f"HTTP {status}: {message}")
+
+
+def refusal(exc: Exception) -> WriteRefused | None:
+    """The API server's refusal in ``exc`` (4xx), or None for anything else (outage, 5xx)."""
+    status = getattr(exc, "status", None)
+    if not isinstance(status, int) or not 400 <= status < 500 or status == 429:
+        return None
+    body = getattr(exc, "body", None) or b"{}"
+    message = str(getattr(exc, "reason", "") or "")
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        message = str(json.loads(body).get("message") or message)
+    return WriteRefused(status, message)
 
 
 @dataclass(frozen=True)
@@ -209,10 +235,40 @@ class KubeClient:
         """Delete a child we no longer render (foreground, so its pods go too)."""
         await asyncio.to_thread(self._delete, api_version, kind, namespace, name)
 
-    def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> Any:
+    def _patch_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> Any:
         path = self.resource(API_VERSION, KIND).path(namespace, name) + "/status"
-        return self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
+        # metadata.uid is a precondition: a deleted object (404) or a new one under the same
+        # name (409) is never written for the old one.
+        body: dict[str, Any] = {"status": status}
+        if uid:
+            body["metadata"] = {"uid": uid}
+        try:
+            return self._call("PATCH", path, body, "application/merge-patch+json")
+        except Exception as exc:
+            code = getattr(exc, "status", None)
+            uid_changed = code in (409, 422) and "uid" in str(getattr(exc, "body", "") or "")
+            if code == 404 or uid_changed:
+                raise OwnerGone(f"{namespace}/{name}") from None
+            raise
 
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> Any:
-        """Merge-patch the DeepSeekServing's status subresource."""
-        return await asyncio.to_thread(self._patch_status, namespace, name, status)
+    async def patch_status(
+        self, namespace: str, name: str, uid: str, status: dict[str, Any]
+    ) -> Any:
+        """Merge-patch the DeepSeekServing's status subresource (uid as precondition)."""
+        return await asyncio.to_thread(self._patch_status, namespace, name, uid, status)
+
+    def _check_owner(self, namespace: str, name: str, uid: str) -> None:
+        path = self.resource(API_VERSION, KIND).path(namespace, name)
+        try:
+            live = self._call("GET", path, None, "application/json") or {}
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                raise OwnerGone(f"{namespace}/{name}") from None
+            raise
+        meta = live.get("metadata") or {}
+        if (uid and meta.get("uid") != uid) or meta.get("deletionTimestamp"):
+            raise OwnerGone(f"{namespace}/{name}")
+
+    async def check_owner(self, namespace: str, name: str, uid: str) -> None:
+        """Raise :class:`OwnerGone` unless the DeepSeekServing ``uid`` still lives (one GET)."""
+        await asyncio.to_thread(self._check_owner, namespace, name, uid)

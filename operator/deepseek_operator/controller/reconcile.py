@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +20,7 @@ from typing import Any
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.controller.kube import KubeClient, OwnerGone, refusal
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
@@ -27,11 +28,20 @@ from deepseek_operator.names import (
     EVENT_BACKEND_RESOLVED,
     EVENT_BACKEND_UNRUNNABLE,
     EVENT_INVALID_SPEC,
+    EVENT_WORKLOAD_REFUSED,
+    WORKLOAD_APPLIED,
 )
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.plan import ChildKey, Observed, invalid_spec_plan_status, plan
+from deepseek_operator.render.status import with_workload_applied
 
 log = logging.getLogger("deepseek_operator.controller")
+
+# Retries after the API server refused a child: 10 s, 20 s, 40 s ... capped at 5 minutes.
+BACKOFF_FIRST_S = 10.0
+BACKOFF_MAX_S = 300.0
+# uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
+GONE_MEMORY = 10_000
 
 
 @dataclass
@@ -42,6 +52,8 @@ class Outcome:
     deleted: list[str] = field(default_factory=list)
     status_patched: bool = False
     resolution: Resolution | None = None
+    refused: list[str] = field(default_factory=list)  # "Kind/name: <the API server's words>"
+    retry_after: float | None = None  # seconds; set while the API server refuses a child
 
 
 def contains(live: Any, desired: Any) -> bool:
@@ -63,6 +75,17 @@ def _rv(obj: Mapping[str, Any]) -> int:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _uid(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
+def _condition_status(status: Mapping[str, Any], ctype: str) -> str | None:
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == ctype:
+            return str(cond.get("status"))
+    return None
 
 
 def _now() -> str:
@@ -89,6 +112,8 @@ class Reconciler:
         # The parsed object per (uid, generation): the spec cannot change without a new
         # generation, and parsing (schema, CEL rules, pydantic) is half a reconcile's CPU.
         self._parsed: dict[tuple[str, str], tuple[str, int, ServingObject]] = {}
+        self._gone: dict[str, None] = {}  # uids, oldest first
+        self._failures: dict[tuple[str, str], int] = {}  # consecutive refused reconciles
 
     def _lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
@@ -110,28 +135,41 @@ class Reconciler:
         started = time.perf_counter()
         async with self._lock(namespace, name):
             body = body_of()
-            if body is None:  # deleted meanwhile
+            if body is None or self.is_gone(body):  # deleted meanwhile
                 self.forget(key)
                 return None
             body = self._freshest(key, body)
+            uid = _uid(body)
             live = self._merge_applied(key, live_of())
             try:
-                outcome = await self._reconcile(body, nodes_of(), live)
-            except SpecError as exc:
-                metrics.RECONCILES.labels(trigger, "invalid").inc()
-                observed = Observed.from_body(body, live)
-                status = invalid_spec_plan_status(observed, exc.one_line(), _now())
-                if status != body.get("status"):
-                    await self._write_status(key, status)
-                    self._event(body, "Warning", EVENT_INVALID_SPEC, exc.one_line())
-                return Outcome(status_patched=True)
+                try:
+                    outcome = await self._reconcile(body, nodes_of(), live)
+                except SpecError as exc:
+                    metrics.RECONCILES.labels(trigger, "invalid").inc()
+                    observed = Observed.from_body(body, live)
+                    status = invalid_spec_plan_status(observed, exc.one_line(), _now())
+                    if status != body.get("status"):
+                        await self._write_status(key, uid, status)
+                        self._event(body, "Warning", EVENT_INVALID_SPEC, exc.one_line())
+                    return Outcome(status_patched=True)
+            except OwnerGone:
+                # Deleted (or replaced) while we worked: the work ends here, quietly.
+                metrics.RECONCILES.labels(trigger, "gone").inc()
+                self.gone(key, uid)
+                return None
             except Exception as exc:
                 metrics.RECONCILES.labels(trigger, "error").inc()
                 metrics.ERRORS.labels(type(exc).__name__).inc()
                 raise
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
-        metrics.RECONCILES.labels(trigger, "ok").inc()
+        if outcome.refused:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            outcome.retry_after = min(BACKOFF_FIRST_S * 2 ** (failures - 1), BACKOFF_MAX_S)
+        else:
+            self._failures.pop(key, None)
+        metrics.RECONCILES.labels(trigger, "refused" if outcome.refused else "ok").inc()
         log.info(
             "Reconciled DeepSeekServing",
             extra={
@@ -142,13 +180,38 @@ class Reconciler:
                 "applied": outcome.applied,
                 "deleted": outcome.deleted,
                 "status_patched": outcome.status_patched,
+                "refused": outcome.refused,
+                "retry_after": outcome.retry_after,
             },
         )
         return outcome
 
+    def is_gone(self, body: Mapping[str, Any]) -> bool:
+        """Whether ``body`` is a DeepSeekServing we saw deleted (a stale index entry)."""
+        uid = _uid(body)
+        return bool(uid) and uid in self._gone
+
+    def gone(self, key: tuple[str, str], uid: str) -> None:
+        """``key`` (with ``uid``) was deleted: never work for it again, forget all about it."""
+        if uid and uid not in self._gone:
+            self._gone[uid] = None
+            while len(self._gone) > GONE_MEMORY:
+                del self._gone[next(iter(self._gone))]
+            log.info(
+                "DeepSeekServing is gone; its work ends",
+                extra={"namespace": key[0], "name_": key[1], "uid": uid},
+            )
+        self.forget(key)
+
+    def retry_delay(self, key: tuple[str, str]) -> float | None:
+        """The backoff before the next try while the API server refuses ``key``'s children."""
+        failures = self._failures.get(key, 0)
+        return min(BACKOFF_FIRST_S * 2 ** (failures - 1), BACKOFF_MAX_S) if failures else None
+
     def forget(self, key: tuple[str, str]) -> None:
         """Drop what we remember about a deleted DeepSeekServing."""
         self._written.pop(key, None)
+        self._failures.pop(key, None)
         self._locks.pop(key, None)
         self._parsed.pop(key, None)
         for cache_key in [k for k in self._applied if k[0] == key[0] and k[3] == key[1]]:
@@ -185,8 +248,8 @@ class Reconciler:
         for cache_key in [k for k in self._applied if k[:3] == (namespace, kind, name)]:
             del self._applied[cache_key]
 
-    async def _write_status(self, key: tuple[str, str], status: dict[str, Any]) -> None:
-        response = await self.kube.patch_status(key[0], key[1], status)
+    async def _write_status(self, key: tuple[str, str], uid: str, status: dict[str, Any]) -> None:
+        response = await self.kube.patch_status(key[0], key[1], uid, status)
         self._written[key] = (_rv(response or {}), status)
 
     async def _reconcile(
@@ -203,28 +266,54 @@ class Reconciler:
         outcome = Outcome(resolution=res)
         desired = planned.objects
         desired_keys = {(o["kind"], o["metadata"]["name"]) for o in desired}
-        writes: list[Awaitable[None]] = []
+        # Writes are started only once the owner is known to live (no coroutine is left
+        # un-awaited when it is not).
+        writes: list[Callable[[], Awaitable[None]]] = []
         for manifest in desired:
             key = (manifest["kind"], manifest["metadata"]["name"])
             current = live.get(key)
             if current is None or not contains(current, manifest):
-                writes.append(self._apply(obj, manifest))
+                writes.append(functools.partial(self._apply, obj, manifest, outcome))
                 outcome.applied.append(f"{key[0]}/{key[1]}")
         for (kind, child), child_body in live.items():
             if (kind, child) not in desired_keys:
                 api_version = str(child_body.get("apiVersion") or "")
-                writes.append(self.kube.delete(api_version, kind, obj.namespace, child))
+                writes.append(
+                    functools.partial(self.kube.delete, api_version, kind, obj.namespace, child)
+                )
                 self._applied.pop((obj.namespace, kind, child, obj.name), None)
                 outcome.deleted.append(f"{kind}/{child}")
 
+        serving_key = (obj.namespace, obj.name)
         old_status = observed.raw_status
         status = planned.status_dict
         if status != old_status:
             # The decision is known before any child exists: publish it first, so users (and
             # `kubectl get dss`) see BackendResolved without waiting for the workload writes.
-            await self._write_status((obj.namespace, obj.name), status)
+            # The uid precondition also proves the owner still lives.
+            await self._write_status(serving_key, obj.uid, status)
             outcome.status_patched = True
-        await asyncio.gather(*writes)
+        elif writes:
+            # Index entries can outlive their object (a watch restarted across the deletion):
+            # never recreate children for an owner the API server no longer has.
+            await self.kube.check_owner(obj.namespace, obj.name, obj.uid)
+        await asyncio.gather(*(write() for write in writes))
+        # WorkloadApplied appears when the API server first refuses a child (and flips to True
+        # once it accepts them); the normal path costs no extra status write.
+        if outcome.refused or _condition_status(status, WORKLOAD_APPLIED) == "False":
+            updated = with_workload_applied(
+                status, outcome.refused, generation=obj.generation, now=_now()
+            )
+            if updated != status:
+                await self._write_status(serving_key, obj.uid, updated)
+                outcome.status_patched = True
+                if outcome.refused:
+                    self._event(
+                        body,
+                        "Warning",
+                        EVENT_WORKLOAD_REFUSED,
+                        "the API server refused " + "; ".join(outcome.refused),
+                    )
         old = observed.status
         old_decision = (
             old.resolved.moe_backend if old and old.resolved else None,
@@ -254,8 +343,17 @@ class Reconciler:
         self._parsed[key] = (uid, generation, obj)
         return obj
 
-    async def _apply(self, obj: ServingObject, manifest: dict[str, Any]) -> None:
-        response = await self.kube.apply(manifest)
+    async def _apply(self, obj: ServingObject, manifest: dict[str, Any], outcome: Outcome) -> None:
+        try:
+            response = await self.kube.apply(manifest)
+        except Exception as exc:
+            refused = refusal(exc)
+            if refused is None:  # an outage or a server error: kopf's retry handles it
+                raise
+            outcome.refused.append(
+                f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"
+            )
+            return
         metrics.APPLIES.labels(manifest["kind"]).inc()
         if isinstance(response, dict):
             # managedFields is as large as the object and never read: do not hold it.

@@ -78,7 +78,9 @@ def describe_products(nodes: Sequence[NodeFacts]) -> str:
     seen: dict[str, str] = {}
     for n in nodes:
         seen.setdefault(n.product or "unknown product", n.cc_text)
-    return "; ".join(f"{p}, CC {cc}" for p, cc in sorted(seen.items()))
+    text = "; ".join(f"{p}, CC {cc}" for p, cc in sorted(seen.items()))
+    problems = sorted({f"{n.name}: {p}" for n in nodes for p in n.label_problems})
+    return text + "".join(f"; {p}" for p in problems[:5])
 
 
 def inferred_note(nodes: Sequence[NodeFacts], source_attr: str, missing: str) -> str:

@@ -14,7 +14,13 @@ from typing import Any, TypeVar, cast
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import find_product
-from deepseek_operator.nodes.precedence import COMPUTE, MEMORY_MIB, NVLINK, parse_int
+from deepseek_operator.nodes.precedence import (
+    COMPUTE,
+    MEMORY_MIB,
+    NVLINK,
+    label_problems,
+    parse_int,
+)
 from deepseek_operator.nodes.taints import Taint, parse_taints
 
 SM100 = "sm100"
@@ -47,6 +53,7 @@ class NodeFacts:
     )
     clique_source: str | None = None  # the label key it was read from
     fabric_state: str | None = None  # the agent's mnnvl.state, None without the agent's label
+    label_problems: tuple[str, ...] = ()  # GPU-fact labels the scheduler cannot match, quoted
 
     @property
     def is_sm100(self) -> bool:
@@ -159,8 +166,15 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     product = labels.get(names.AGENT_PRODUCT) or labels.get(names.GFD_PRODUCT)
     compute, cc_source = COMPUTE.read(labels)
     family, cc = compute if compute is not None else (None, None)
-    if cc is None and product is not None and (known := find_product(product)) is not None:
-        cc = known.cc  # display only; the decision rests on ``family``
+    stated = names.AGENT_SM_FAMILY in labels or names.GFD_CC_MAJOR in labels
+    if (
+        cc is None
+        and not stated
+        and product is not None
+        and (known := find_product(product)) is not None
+    ):
+        # Display only (the decision rests on ``family``), and never over a garbled CC label.
+        cc = known.cc
     nvlink, nvlink_source = NVLINK.read(labels)
     domain = parse_int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, ""))
     memory, memory_source = MEMORY_MIB.read(labels)
@@ -185,6 +199,7 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         clique=clique,
         clique_source=clique_source,
         fabric_state=labels.get(names.AGENT_MNNVL_STATE),
+        label_problems=label_problems(labels),
     )
 
 

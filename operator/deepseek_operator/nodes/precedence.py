@@ -10,6 +10,7 @@ scheduler's (used by the affinity renderer), so the two cannot disagree.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -54,6 +55,41 @@ def parse_int(value: Any) -> int | None:
         return int(str(value).strip())
     except (TypeError, ValueError):
         return None
+
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_CANONICAL_INT = re.compile(r"0|[1-9][0-9]*")
+
+
+def parse_gt_int(value: str) -> int | None:
+    """A label value as the scheduler's ``Gt`` reads it (Go's ParseInt: digits, int64), or None."""
+    if _GO_INT.fullmatch(value) is None:
+        return None
+    number = int(value)
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def parse_exact_int(value: str) -> int | None:
+    """A label value an ``In`` match on its decimal text admits (``"10"``, never ``"010"``)."""
+    return int(value) if _CANONICAL_INT.fullmatch(value) is not None else None
+
+
+def label_problems(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPU-fact labels whose raw value the scheduler cannot match, quoted, one line each."""
+    problems: list[str] = []
+    for key in (names.GFD_CC_MAJOR,):
+        if key in labels and parse_exact_int(labels[key]) is None:
+            problems.append(
+                f"{key}={labels[key]!r} is not a plain decimal integer, so no affinity term "
+                "can match it"
+            )
+    for key in (names.AGENT_MEMORY_MIB, names.GFD_MEMORY):
+        if key in labels and parse_gt_int(labels[key]) is None:
+            problems.append(
+                f"{key}={labels[key]!r} is not an integer the scheduler's Gt can compare "
+                "(read as 0 MiB)"
+            )
+    return tuple(problems)
 
 
 def parse_cc(text: str) -> tuple[int, int] | None:
@@ -119,7 +155,8 @@ class Fact(Generic[FactT, WantedT]):
 
 
 def _gfd_compute(labels: Mapping[str, str]) -> ComputeFact | None:
-    major = parse_int(labels[names.GFD_CC_MAJOR])
+    # Only the exact text the affinity's ``In`` lists: "010" is 10 to int() but to no selector.
+    major = parse_exact_int(labels[names.GFD_CC_MAJOR])
     if major is None:
         return None
     minor = parse_int(labels.get(names.GFD_CC_MINOR, "0")) or 0
@@ -194,13 +231,13 @@ MEMORY_MIB: Fact[int, int] = Fact(
         LabelSource(
             names.AGENT_MEMORY_MIB,
             SOURCE_AGENT,
-            read=lambda labels: parse_int(labels[names.AGENT_MEMORY_MIB]) or 0,
+            read=lambda labels: parse_gt_int(labels[names.AGENT_MEMORY_MIB]) or 0,
             selector=lambda minimum: label_at_least(names.AGENT_MEMORY_MIB, minimum),
         ),
         LabelSource(
             names.GFD_MEMORY,
             SOURCE_GFD,
-            read=lambda labels: parse_int(labels[names.GFD_MEMORY]) or 0,
+            read=lambda labels: parse_gt_int(labels[names.GFD_MEMORY]) or 0,
             selector=lambda minimum: label_at_least(names.GFD_MEMORY, minimum),
         ),
     ),

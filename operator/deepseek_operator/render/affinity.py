@@ -30,6 +30,7 @@ from deepseek_operator.nodes.precedence import (
     Term,
     label_absent,
     label_in,
+    parse_gt_int,
 )
 
 
@@ -154,9 +155,10 @@ def _expr_matches(labels: Mapping[str, str], expr: Expr) -> bool:
     if op == "DoesNotExist":
         return key not in labels
     if op in ("Gt", "Lt"):
-        try:
-            value, bound = int(labels[key]), int(expr["values"][0])
-        except (KeyError, ValueError):
+        # As the scheduler parses them (Go's ParseInt): " 10" or "1_0" match nothing.
+        value = parse_gt_int(labels[key]) if key in labels else None
+        bound = parse_gt_int(str(expr["values"][0]))
+        if value is None or bound is None:
             return False
         return value > bound if op == "Gt" else value < bound
     raise ValueError(f"unsupported operator {op}")

@@ -14,6 +14,9 @@ from deepseek_operator.api import status as S
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.resolution import Resolution
 
+# The API server caps a condition message at 32,768 characters; refusals stay far below.
+MAX_CONDITION_MESSAGE = 4000
+
 
 def _condition(
     ctype: str,
@@ -47,10 +50,14 @@ def build_status(
     now: str,
     previous_conditions: Sequence[S.Condition] = (),
     observed: bool = True,
+    pod_refusal: str | None = None,
 ) -> S.DeepSeekServingStatus:
-    """The whole status: resolved values, decision with checks, replicas, three conditions.
+    """The whole status: resolved values, decision with checks, replicas, the conditions.
 
     ``observed`` is False for the offline preview, where no pods can have been seen.
+    ``pod_refusal`` is a child controller's FailedCreate message (e.g. Pod Security admission).
+    The WorkloadApplied condition is carried over as last written: only the reconciler, after
+    its writes, knows whether the API server accepted them (:func:`with_workload_applied`).
     """
     placement = res.placement
     backend_msg = res.message
@@ -82,10 +89,18 @@ def build_status(
             _condition(N.COMPUTE_DOMAIN, ok, reason, message, generation, now, previous_conditions)
         )
     all_ready = ready_replicas >= res.replicas
+    workload = next((c for c in previous_conditions if c.type == N.WORKLOAD_APPLIED), None)
     if not res.backend_runnable:
         ready_reason, ready_msg = (
             N.REASON_BACKEND_UNRUNNABLE,
             f"{res.requested} cannot run: {res.reason}",
+        )
+    elif workload is not None and workload.status == "False":
+        ready_reason, ready_msg = (N.REASON_WORKLOAD_REFUSED, workload.message)
+    elif pod_refusal and not all_ready:
+        ready_reason, ready_msg = (
+            N.REASON_PODS_REFUSED,
+            f"{ready_replicas}/{res.replicas} replicas ready; {pod_refusal}",
         )
     elif not placement.placeable and not all_ready:
         ready_reason, ready_msg = (
@@ -114,6 +129,8 @@ def build_status(
             previous_conditions,
         )
     )
+    if workload is not None:
+        conditions.append(workload)
     return S.DeepSeekServingStatus(
         observed_generation=generation,
         resolved=S.Resolved(
@@ -193,3 +210,45 @@ def invalid_spec_status(
         for ctype in (N.BACKEND_RESOLVED, N.READY)
     ]
     return {**previous, "observedGeneration": generation, "conditions": conditions}
+
+
+def with_workload_applied(
+    status: Mapping[str, Any], refused: Sequence[str], *, generation: int, now: str
+) -> dict[str, Any]:
+    """``status`` with WorkloadApplied set from this reconcile's writes (pure).
+
+    ``refused`` holds one ``Kind/name: <the API server's words>`` per refused child; any refusal
+    also makes Ready False with reason WorkloadRefused and the same message.
+    """
+    previous = [S.Condition.model_validate(c) for c in status.get("conditions") or []]
+    ok = not refused
+    message = (
+        "the API server accepted every child object"
+        if ok
+        else "the API server refused " + "; ".join(refused)
+    )[:MAX_CONDITION_MESSAGE]
+    applied = _condition(
+        N.WORKLOAD_APPLIED,
+        ok,
+        N.REASON_APPLIED if ok else N.REASON_WORKLOAD_REFUSED,
+        message,
+        generation,
+        now,
+        previous,
+    )
+    conditions: list[S.Condition] = []
+    for cond in previous:
+        if cond.type == N.WORKLOAD_APPLIED:
+            continue
+        if cond.type == N.READY and not ok:
+            cond = _condition(
+                N.READY, False, N.REASON_WORKLOAD_REFUSED, message, generation, now, previous
+            )
+        conditions.append(cond)
+    conditions.append(applied)
+    return {
+        **status,
+        "conditions": [
+            c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions
+        ],
+    }

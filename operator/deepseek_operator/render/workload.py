@@ -98,6 +98,23 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def container_security_context(spans_pods: bool) -> dict[str, Any]:
+    """What vLLM images (root, GPU access through the device plugin) run with, and no more.
+
+    No privilege escalation, the runtime's default seccomp profile, no raw sockets: Pod Security
+    "baseline" admits it. A replica that spans pods also needs IPC_LOCK (pinned memory for
+    NCCL across nodes), which only the "privileged" level admits.
+    """
+    capabilities: dict[str, list[str]] = {"drop": ["NET_RAW"]}
+    if spans_pods:
+        capabilities["add"] = ["IPC_LOCK"]
+    return {
+        "allowPrivilegeEscalation": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": capabilities,
+    }
+
+
 def pod_template(
     obj: ServingObject,
     res: Resolution,
@@ -133,8 +150,7 @@ def pod_template(
         )
         container["readinessProbe"] = _probe("/health", 10, 3)
         container["livenessProbe"] = _probe("/health", 30, 5)
-    if res.pods_per_replica > 1:
-        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    container["securityContext"] = container_security_context(res.pods_per_replica > 1)
     cache_volume: dict[str, Any] = (
         {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}
         if cache.claim_name
@@ -145,7 +161,11 @@ def pod_template(
     )
     pod_spec: dict[str, Any] = {
         "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, cache_volume],
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size_limit}},
+            cache_volume,
+        ],
+        "automountServiceAccountToken": spec.automount_service_account_token,
         "terminationGracePeriodSeconds": 120,
     }
     affinity = node_affinity(res.requirement) or {}
