@@ -18,6 +18,7 @@ from deepseek_operator.api.backends import (
     MEGA_MOE_BACKENDS,
     MOE_BACKENDS,
 )
+from deepseek_operator.catalog.vllm import supported_releases, vllm_release
 
 if TYPE_CHECKING:
     from deepseek_operator.api.spec import DeepSeekServingSpec
@@ -43,11 +44,11 @@ MAX_PODS_PER_SERVING = 1024
 # label value; the IMEX channel template is ``<name>-imex-channel``.
 MAX_NAME_LENGTH = 40
 
-# Flags the operator renders from typed fields; setting them again in extraArgs would make the
-# last one win inside vLLM's argparse and silently undo the decision.
-OWNED_FLAGS: tuple[str, ...] = (
+# The flags argv.py renders from typed fields and the decision. Setting one again in extraArgs
+# would make the last one win inside vLLM's argparse and silently undo the decision; vLLM's own
+# option table (catalog/vllm, exported from each supported release) gives every other spelling.
+RENDERED_FLAGS: tuple[str, ...] = (
     "--moe-backend",
-    "--kernel-config.moe-backend",
     "--tensor-parallel-size",
     "-tp",
     "--pipeline-parallel-size",
@@ -168,11 +169,36 @@ def _no_gpu_in_resources(spec: DeepSeekServingSpec) -> bool:
     return spec.gpu_resource_name not in r.limits and spec.gpu_resource_name not in r.requests
 
 
-# vLLM flags that exist in their own right although an owned flag starts with them: used exactly,
-# they are not an abbreviation of the owned one.
-UNOWNED_PREFIX_FLAGS: tuple[str, ...] = ("--tokenizer", "--kernel-config")
+def _serve_options() -> dict[str, str]:
+    """Every ``vllm serve`` option string of any supported release, with the dest it sets."""
+    options: dict[str, str] = {}
+    for release in supported_releases():
+        for option, spec in vllm_release(release).serve_options.items():
+            options.setdefault(option, spec.dest)
+    return options
+
+
+_SERVE_OPTIONS = _serve_options()
+# What the rendered flags set, plus --model (the positional model's twin) and --config (a YAML
+# file of arguments could set any of them).
+OWNED_DESTS = frozenset({_SERVE_OPTIONS[f] for f in RENDERED_FLAGS} | {"model", "config"})
+# Keys inside a JSON-valued flag that the operator sets (the dotted form of vLLM's parser).
+_OWNED_JSON_KEYS: tuple[str, ...] = ("--kernel-config.moe-backend",)
+OWNED_FLAGS: tuple[str, ...] = (
+    tuple(sorted(o for o, dest in _SERVE_OPTIONS.items() if dest in OWNED_DESTS)) + _OWNED_JSON_KEYS
+)
+"""Every option string, in any supported release, that sets what a typed field sets."""
 # Owned flags argparse would expand an abbreviation to (dotted JSON keys are matched below).
 _ABBREVIABLE = tuple(f for f in OWNED_FLAGS if "." not in f)
+# vLLM flags that exist in their own right although an owned flag starts with them (--tokenizer,
+# -dc): used exactly, they are not an abbreviation of the owned one.
+UNOWNED_PREFIX_FLAGS: tuple[str, ...] = tuple(
+    sorted(
+        o
+        for o, dest in _SERVE_OPTIONS.items()
+        if dest not in OWNED_DESTS and any(f.startswith(o) for f in _ABBREVIABLE)
+    )
+)
 
 
 _CEL_KEY = "a.split('=')[0].replace('_', '-')"
