@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Where the Go-built binaries and the vLLM virtualenvs are cached (the hack scripts and tests read it too).
+DSO_CACHE ?= $(HOME)/.cache/deepseek-operator
 
 .PHONY: help venv generate verify lint typecheck test test-unit cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
 
@@ -45,7 +47,7 @@ conformance: venv vllm-venvs ## every supported vLLM release's own code against 
 
 vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each installed release
 	@for v in $$(. hack/versions.env && echo $$VLLM_RELEASES); do \
-	  $(HOME)/.cache/deepseek-operator/vllm/$$v/bin/python -m conformance.extract --out operator/deepseek_operator/catalog/vllm || exit 1; \
+	  $(DSO_CACHE)/vllm/$$v/bin/python -m conformance.extract --out operator/deepseek_operator/catalog/vllm || exit 1; \
 	done
 
 test-unit: venv ## unit tests only (no cluster)
