@@ -90,7 +90,7 @@ def test_explicit_mega_without_ep_exits_1_with_field_and_vllms_message() -> None
         pytest.param(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
             "-f",
-            "exactly one DeepSeekServing",
+            "no DeepSeekServing document (kinds: ['ConfigMap'])",
             id="not a DeepSeekServing",
         ),
         pytest.param(
@@ -119,6 +119,84 @@ def test_bad_input_is_one_line_without_traceback(
     assert out.returncode == 1
     assert fragment in out.stderr
     assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1
+
+
+def _seed_named(name: str, **spec: object) -> str:
+    doc = yaml.safe_load(pathlib.Path(SEED).read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"].update(spec)
+    return yaml.safe_dump(doc)
+
+
+def _decode_json_stream(text: str) -> list[dict[str, object]]:
+    decoder, docs, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        doc, at = decoder.raw_decode(text, at)
+        docs.append(doc)
+        while at < len(text) and text[at].isspace():
+            at += 1
+    return docs
+
+
+def test_multi_document_file_renders_every_serving_in_order(tmp_path: pathlib.Path) -> None:
+    # Like `kubectl apply -f`: a Namespace document is not the operator's to preview; empty
+    # documents are skipped; each DeepSeekServing is previewed in file order.
+    multi = tmp_path / "multi.yaml"
+    multi.write_text(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: llm}\n---\n"
+        + _seed_named("first")
+        + "---\n---\n"
+        + _seed_named("second", replicas=2)
+    )
+    nodes = str(ROOT / "examples/nodes-gb200.yaml")
+    out = run("render", "-f", str(multi), "--nodes", nodes, "-o", "yaml")
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Deployment", "first"),
+        ("Service", "first"),
+        ("Deployment", "second"),
+        ("Service", "second"),
+    ]
+    assert docs[2]["spec"]["replicas"] == 2
+    assert out.stdout.count("# status:") == 2
+
+    out = run("render", "-f", str(multi), "--nodes", nodes, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    previews = _decode_json_stream(out.stdout)
+    single = tmp_path / "second.yaml"
+    single.write_text(_seed_named("second", replicas=2))
+    alone = json.loads(run("render", "-f", str(single), "--nodes", nodes, "-o", "json").stdout)
+    assert len(previews) == 2 and previews[1]["objects"] == alone["objects"]
+
+    out = run("render", "-f", str(multi), "--nodes", nodes)
+    assert out.returncode == 0
+    assert "DeepSeekServing llm/first" in out.stdout and "DeepSeekServing llm/second" in out.stdout
+
+
+def test_multi_document_file_with_an_invalid_document_prints_nothing(
+    tmp_path: pathlib.Path,
+) -> None:
+    multi = tmp_path / "multi.yaml"
+    multi.write_text(
+        _seed_named("first")
+        + "---\n"
+        + _seed_named("second", replicas=-3)
+        + "---\n"
+        + _seed_named("first")
+        + "---\n- not an object\n"
+    )
+    out = run("render", "-f", str(multi), "-o", "yaml")
+    assert out.returncode == 1
+    assert out.stdout == "", "nothing is printed when any document is invalid"
+    assert out.stderr.splitlines() == [
+        f"error: {multi}: document 2: spec.replicas: Invalid value: -3: "
+        "spec.replicas in body should be greater than or equal to 0",
+        f"error: {multi}: document 3: DeepSeekServing llm/first repeats document 1 "
+        "(kubectl apply would replace one with the other)",
+        f'error: {multi}: document 4: kind: Required value: not a Kubernetes object (["not an '
+        'object"])',
+    ]
 
 
 def test_unknown_backend_and_negative_size(tmp_path: pathlib.Path) -> None:

@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -24,9 +25,14 @@ from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
-from deepseek_operator.names import COMPUTE_DOMAIN_API_VERSION, LWS_API_VERSION, LWS_KIND
-from deepseek_operator.nodes.facts import build_inventory
-from deepseek_operator.plan import Observed, plan
+from deepseek_operator.names import (
+    COMPUTE_DOMAIN_API_VERSION,
+    KIND,
+    LWS_API_VERSION,
+    LWS_KIND,
+)
+from deepseek_operator.nodes.facts import NodeInventory, build_inventory
+from deepseek_operator.plan import Observed, Plan, plan
 from deepseek_operator.render.status import status_dict
 
 
@@ -44,7 +50,7 @@ def _load_yaml_documents(path: str, what: str) -> list[Any]:
     except OSError as exc:
         raise InputError(f"{what} {path}: cannot read: {exc.strerror}") from None
     try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
+        return list(yaml.safe_load_all(text))  # empty documents stay as None: indices count them
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -52,17 +58,59 @@ def _load_yaml_documents(path: str, what: str) -> list[Any]:
         raise InputError(f"{what} {path}: invalid YAML{where}: {problem}") from None
 
 
-def load_serving_file(path: str) -> ServingObject:
-    """The one DeepSeekServing in ``path``."""
+@dataclass(frozen=True)
+class ServingDocument:
+    """One DeepSeekServing of an ``-f`` file and where it is: ``"<path>: document <i>: "`` (1-based,
+    counted over every ``---``-separated document) when the file holds several, else ``"<path>: "``.
+    """
+
+    where: str
+    obj: ServingObject
+
+
+def load_serving_file(path: str) -> list[ServingDocument]:
+    """Every DeepSeekServing in ``path`` (``---``-separated documents, as ``kubectl apply -f``).
+
+    All or nothing: each document is admitted as the API server would admit it, and if any is
+    invalid an :class:`InputError` lists every invalid document (index, field, value, rule) and
+    nothing is returned. Documents of other kinds (a Namespace, a Secret) are skipped, as they are
+    not the operator's to preview; empty documents are skipped as kubectl skips them.
+    """
     docs = _load_yaml_documents(path, "-f")
-    servings = [d for d in docs if isinstance(d, dict) and d.get("kind") == "DeepSeekServing"]
-    if len(servings) != 1:
-        kinds = [d.get("kind") if isinstance(d, dict) else type(d).__name__ for d in docs]
-        raise InputError(
-            f"-f {path}: must contain exactly one DeepSeekServing document, found {len(servings)} "
-            f"(kinds: {kinds})"
-        )
-    return parse_serving(servings[0])
+    many = len([d for d in docs if d is not None]) > 1
+    servings: list[ServingDocument] = []
+    errors: list[str] = []
+    seen: dict[tuple[str, str], int] = {}
+    for index, doc in enumerate(docs, start=1):
+        if doc is None:
+            continue
+        where = f"{path}: document {index}: " if many else f"{path}: "
+        if not isinstance(doc, dict) or not doc.get("kind"):
+            shown = json.dumps(doc, default=str)[:60] if not isinstance(doc, dict) else "no kind"
+            errors.append(f"{where}kind: Required value: not a Kubernetes object ({shown})")
+            continue
+        if doc.get("kind") != KIND:
+            continue
+        try:
+            obj = parse_serving(doc)
+        except SpecError as exc:
+            errors.append(f"{where}{exc.one_line()}")
+            continue
+        key = (obj.namespace, obj.name)
+        if key in seen:
+            errors.append(
+                f"{where}DeepSeekServing {obj.namespace}/{obj.name} repeats document "
+                f"{seen[key]} (kubectl apply would replace one with the other)"
+            )
+            continue
+        seen[key] = index
+        servings.append(ServingDocument(where, obj))
+    if not errors and not servings:
+        kinds = [d.get("kind") if isinstance(d, dict) else type(d).__name__ for d in docs if d]
+        errors.append(f"{path}: no DeepSeekServing document (kinds: {kinds})")
+    if errors:
+        raise InputError("\n".join(errors))
+    return servings
 
 
 def load_nodes_file(path: str) -> list[dict[str, Any]]:
@@ -70,6 +118,8 @@ def load_nodes_file(path: str) -> list[dict[str, Any]]:
     docs = _load_yaml_documents(path, "--nodes")
     nodes: list[dict[str, Any]] = []
     for index, doc in enumerate(docs, start=1):
+        if doc is None:
+            continue
         if isinstance(doc, dict) and doc.get("kind") in ("List", "NodeList"):
             items = doc.get("items") or []
             for j, item in enumerate(items, start=1):
@@ -226,10 +276,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``render``; return the exit code."""
+def _output(
+    args: argparse.Namespace,
+    obj: ServingObject,
+    res: Resolution,
+    status: DeepSeekServingStatus,
+    objects: Sequence[dict[str, Any]],
+    nodes: int,
+) -> str:
+    """One DeepSeekServing's preview in the chosen format."""
+    if args.output == "json":
+        return json.dumps({"status": status_dict(status), "objects": objects}, indent=2) + "\n"
+    if args.output == "yaml":
+        header = yaml.dump(
+            {"status": status_dict(status)}, Dumper=_NoAliasDumper, sort_keys=False, width=100
+        )
+        return "".join(f"# {line}\n" for line in header.splitlines()) + yaml.dump_all(
+            objects, Dumper=_NoAliasDumper, sort_keys=False, width=100
+        )
+    return _text_report(obj, res, status, objects, nodes)
+
+
+# Between two DeepSeekServings' previews: a YAML document separator keeps `-o yaml` apply-able,
+# JSON objects follow each other (`jq -s` reads them as one array), text reports get a blank line.
+_SEPARATORS = {"yaml": "---\n", "json": "", "text": "\n"}
+
+
+def _plan_document(
+    document: ServingDocument, inventory: NodeInventory, now: str, apis: ClusterApis
+) -> Plan:
     try:
-        obj = load_serving_file(args.filename)
+        return plan(document.obj, inventory, Observed.offline(), now, apis)
+    except SpecError as exc:
+        raise InputError(f"{document.where}{exc.one_line()}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``render``; return the exit code. Nothing is printed on stdout unless every
+    DeepSeekServing in the file is valid."""
+    try:
+        documents = load_serving_file(args.filename)
         if args.from_cluster:
             raw_nodes = _cluster_nodes()
         elif args.nodes:
@@ -244,28 +330,22 @@ def run(args: argparse.Namespace) -> int:
             lws = lws and LWS_API_VERSION in served
             compute_domain = compute_domain and COMPUTE_DOMAIN_API_VERSION in served
         apis = ClusterApis(leader_worker_set=lws, compute_domain=compute_domain)
-        planned = plan(obj, inventory, Observed.offline(), now, apis)
-    except SpecError as exc:
-        sys.stderr.write(f"error: {args.filename}: {exc.one_line()}\n")
-        return 1
+        planned = [_plan_document(d, inventory, now, apis) for d in documents]
     except DeepSeekOperatorError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write("".join(f"error: {line}\n" for line in str(exc).splitlines()))
         return 1
-    res, status, objects = planned.resolution, planned.status, planned.objects
-    refusal = _release_refusal(obj.spec, res)
-    if refusal:
-        sys.stderr.write(f"error: {args.filename}: {refusal}\n")
+    refusals = []
+    for document, one in zip(documents, planned, strict=True):
+        refusal = _release_refusal(document.obj.spec, one.resolution)
+        if refusal:
+            refusals.append(f"error: {document.where}{refusal}\n")
+    if refusals:
+        sys.stderr.write("".join(refusals))
         return 1
-    if args.output == "json":
-        sys.stdout.write(
-            json.dumps({"status": status_dict(status), "objects": objects}, indent=2) + "\n"
+    sys.stdout.write(
+        _SEPARATORS[args.output].join(
+            _output(args, d.obj, p.resolution, p.status, p.objects, len(inventory))
+            for d, p in zip(documents, planned, strict=True)
         )
-    elif args.output == "yaml":
-        header = yaml.dump(
-            {"status": status_dict(status)}, Dumper=_NoAliasDumper, sort_keys=False, width=100
-        )
-        sys.stdout.write("".join(f"# {line}\n" for line in header.splitlines()))
-        sys.stdout.write(yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, width=100))
-    else:
-        sys.stdout.write(_text_report(obj, res, status, objects, len(inventory)))
+    )
     return 0
