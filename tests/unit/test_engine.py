@@ -13,6 +13,7 @@ from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.layout import sequence_parallel
 from deepseek_operator.engine.release import image_tag_release
 from deepseek_operator.engine.stability import PreviousDecision
+from racks import RACK_A, RACK_B, make_gb200_tray
 
 # --- auto becomes deep_gemm_mega_moe only when every rule holds --------------------------------
 
@@ -566,3 +567,69 @@ def test_megamoe_needs_normalised_top_k_from_vllm_0_31() -> None:
     )
     assert old.backend_runnable, old.message
     assert resolve(spec(model=off), gb200_pool()).moe_backend == "auto"
+
+
+# --- decisions over one inventory share the work over its nodes, never the answer ---------------
+
+
+def _mixed_fleet() -> Any:
+    taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    return inventory(
+        *(node(f"gb-a-{i}", agent=agent_labels(), labels={"pool": "a"}) for i in range(3)),
+        node("gb-a-broken", agent=agent_labels(fully_connected="false"), labels={"pool": "a"}),
+        node("gb-a-tainted", agent=agent_labels(), labels={"pool": "a"}, taints=taint),
+        node("gb-a-small", agent=agent_labels(), labels={"pool": "a"}, allocatable=2),
+        *(node(f"h200-b-{i}", "NVIDIA-H200", labels={"pool": "b"}) for i in range(2)),
+        node("b300-b", "NVIDIA-B300", labels={"pool": "b"}),
+        node("gb-c-cordoned", agent=agent_labels(), labels={"pool": "c"}, unschedulable=True),
+        # NVLink trays in two cliques (and one with a pending fabric) for multi-pod replicas.
+        *(
+            make_gb200_tray(f"{r}{i}", rack, kwok=False)
+            for r, rack in (("ra", RACK_A), ("rb", RACK_B))
+            for i in range(2)
+        ),
+        make_gb200_tray("r-pending", None, fabric="pending", kwok=False),
+    )
+
+
+SHARED_SPECS: list[dict[str, Any]] = [
+    {},
+    {"replicas": 2},
+    {"replicas": 9},
+    {"nodeSelector": {"pool": "a"}},
+    {"nodeSelector": {"pool": "a"}, "replicas": 3},
+    {"nodeSelector": {"pool": "b"}},
+    {"nodeSelector": {"pool": "c"}},
+    {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    {"parallelism": {"tensorParallelSize": 2, "expertParallel": True}},
+    {"parallelism": {"tensorParallelSize": 8, "expertParallel": True}},
+    {"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "vramMinimumGb": 2000}},
+    {"model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash", "vramMinimumGb": 100}},
+    {"gpuResourceName": "example.com/gpu"},
+    *(
+        {"parallelism": dep8, "replicas": replicas, "moeBackend": backend}
+        for dep8 in (
+            {
+                "tensorParallelSize": 1,
+                "dataParallelSize": 8,
+                "dataParallelSizeLocal": 4,
+                "expertParallel": True,
+            },
+        )
+        for replicas in (1, 2, 3)
+        for backend in ("deep_gemm_mega_moe", "auto")
+    ),
+    *({"moeBackend": backend} for backend in MOE_BACKENDS),
+    *({"moeBackend": backend, "nodeSelector": {"pool": "b"}} for backend in MOE_BACKENDS),
+]
+
+
+def test_decisions_sharing_one_inventory_equal_decisions_on_fresh_ones() -> None:
+    """Objects on one inventory share candidates, placements and node checks (keyed by what
+    each reads): every decision must equal the one made on an inventory of its own."""
+    shared = _mixed_fleet()
+    for overrides in [*SHARED_SPECS, *reversed(SHARED_SPECS)]:
+        s = spec(**overrides)
+        for previous in (None, PreviousDecision("deep_gemm_mega_moe", "MegaMoESelected")):
+            alone = resolve(s, _mixed_fleet(), previous)
+            assert resolve(s, shared, previous) == alone, overrides

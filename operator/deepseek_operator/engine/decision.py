@@ -18,6 +18,9 @@ Every check is evaluated (the chain never short-circuits), so the status shows t
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from deepseek_operator.api.backends import AUTO, DEEP_GEMM_MEGA_MOE
 from deepseek_operator.api.spec import DeepSeekServingSpec
@@ -32,7 +35,12 @@ from deepseek_operator.engine.checks import (
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.layout import layout_of
 from deepseek_operator.engine.model_facts import model_facts
-from deepseek_operator.engine.placement import Requirement, candidates, pool_clique_key
+from deepseek_operator.engine.placement import (
+    NodeRequirement,
+    Requirement,
+    candidates,
+    pool_clique_key,
+)
 from deepseek_operator.engine.release import (
     backend_name,
     choose_release,
@@ -48,7 +56,7 @@ from deepseek_operator.names import (
     REASON_MEGA_MOE_SELECTED,
     failed_reason,
 )
-from deepseek_operator.nodes.facts import NodeInventory
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory
 
 
 def resolve(
@@ -65,7 +73,21 @@ def resolve(
     """
     apis = apis or ClusterApis()
     facts = model_facts(spec.model)
-    cands = candidates(spec, inventory)
+    # What decides the candidate nodes: every spec with the same key, on the same inventory,
+    # shares them and every result computed over them (placements, node checks), so a fleet
+    # of objects on a few pools walks each pool's nodes once per node change, not once per
+    # object and reconcile.
+    pool = (
+        "pool",
+        spec.gpu_resource_name,
+        tuple(sorted(spec.node_selector.items())),
+        json.dumps(spec.tolerations, sort_keys=True),
+    )
+
+    def shared(key: Hashable, compute: Callable[[], Any]) -> Any:
+        return inventory.memoized((pool, key), compute)
+
+    cands: tuple[NodeFacts, ...] = shared("candidates", lambda: tuple(candidates(spec, inventory)))
     layout = layout_of(spec, facts.vram_minimum_gb)
     multi_pod = layout.pods_per_replica > 1
     inputs = DecisionInputs(
@@ -74,7 +96,8 @@ def resolve(
         candidates=cands,
         layout=layout,
         release=choose_release(spec),
-        clique_key=pool_clique_key(cands) if multi_pod else None,
+        clique_key=shared("clique_key", lambda: pool_clique_key(cands)) if multi_pod else None,
+        shared=shared,
     )
     requested = spec.moe_backend
     refused = _release_refusal(inputs, requested)
@@ -160,11 +183,46 @@ def _release_refusal(inputs: DecisionInputs, backend: str) -> Resolution | None:
 
 def _memory_check(inputs: DecisionInputs) -> CheckResult:
     # Memory alone: a node outside every NVLink clique is left out by the clique check, not here.
-    return node_checks.gpu_memory(
-        inputs.candidates,
-        dataclasses.replace(inputs.requirement(Requirement.ANY_GPU), clique_key=None),
-        inputs.facts,
-        inputs.layout.gpus_per_replica,
+    requirement = dataclasses.replace(inputs.requirement(Requirement.ANY_GPU), clique_key=None)
+    facts, gpus_per_replica = inputs.facts, inputs.layout.gpus_per_replica
+    # What gpu_memory reads of the facts: the minimum and where it came from.
+    key = (
+        "gpu_memory",
+        requirement,
+        facts.vram_minimum_gb,
+        facts.source("vram_minimum_gb"),
+        gpus_per_replica,
+    )
+    return inputs.over_candidates(
+        key,
+        lambda: node_checks.gpu_memory(inputs.candidates, requirement, facts, gpus_per_replica),
+    )
+
+
+def _gpu_architecture(inputs: DecisionInputs, rule: str, vllm_msg: str = "") -> CheckResult:
+    return inputs.over_candidates(
+        ("gpu_architecture", rule, vllm_msg),
+        lambda: node_checks.gpu_architecture(inputs.candidates, rule, vllm_msg),
+    )
+
+
+def _nvlink_fully_connected(inputs: DecisionInputs) -> CheckResult:
+    """R14 over the SM100 candidates and the MegaMoE placement."""
+    requirement = inputs.requirement(Requirement.MEGA_MOE)
+    gpus_per_pod = inputs.layout.gpus_per_pod
+    return inputs.over_candidates(
+        ("nvlink_fully_connected", requirement, gpus_per_pod),
+        lambda: node_checks.nvlink_fully_connected(
+            inputs.sm100_candidates, inputs.place(requirement), gpus_per_pod
+        ),
+    )
+
+
+def _not_eligible_note(inputs: DecisionInputs, requirement: NodeRequirement) -> str:
+    """The SM100 candidates that ``requirement``'s placement leaves out."""
+    return inputs.over_candidates(
+        ("not_eligible_note", requirement, inputs.layout.gpus_per_pod),
+        lambda: node_checks.not_eligible_note(inputs.sm100_candidates, inputs.place(requirement)),
     )
 
 
@@ -173,18 +231,17 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
     ep = layout.expert_parallel_size
     mega_requirement = inputs.requirement(Requirement.MEGA_MOE)
     mega_placement = inputs.place(mega_requirement)
-    sm100 = inputs.sm100_candidates
     checks = [
         *_release_checks(inputs, AUTO),
         spec_checks.model_architecture(facts),
-        node_checks.gpu_architecture(inputs.candidates, "R3"),
+        _gpu_architecture(inputs, "R3"),
         spec_checks.deep_gemm(spec),
         spec_checks.expert_dtype(facts, "R5"),
         spec_checks.routing(facts, "R6"),
         spec_checks.dimensions(facts, spec, ep, "R7"),
         spec_checks.expert_parallel(spec, ep, "R8", need_two=True),
         *spec_checks.layout_rules(spec),
-        node_checks.nvlink_fully_connected(sm100, mega_placement, layout.gpus_per_pod),
+        _nvlink_fully_connected(inputs),
         _memory_check(inputs),
         node_checks.capacity(mega_placement, spec.replicas, "MegaMoECapacity"),
     ]
@@ -196,7 +253,7 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
         message = (
             f"auto resolved to deep_gemm_mega_moe: all {len(checks)} checks passed; pods pinned "
             f"to the {len(mega_placement.eligible)} SM100 fully NVLink-connected node(s)"
-            + node_checks.not_eligible_note(sm100, mega_placement)
+            + _not_eligible_note(inputs, mega_requirement)
         )
         return inputs.resolution(
             DEEP_GEMM_MEGA_MOE,
@@ -249,12 +306,15 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
     checks.append(spec_checks.expert_dtype(facts, "A3"))
     if flashinfer:
         checks.append(
-            node_checks.flashinfer_capability(
-                inputs.candidates, rules.data.flashinfer_moe_ep_capabilities, backend
+            inputs.over_candidates(
+                ("flashinfer_capability", rules.data.flashinfer_moe_ep_capabilities, backend),
+                lambda: node_checks.flashinfer_capability(
+                    inputs.candidates, rules.data.flashinfer_moe_ep_capabilities, backend
+                ),
             )
         )
     else:
-        checks.append(node_checks.gpu_architecture(inputs.candidates, "A4", VLLM_SM100_ONLY))
+        checks.append(_gpu_architecture(inputs, "A4", VLLM_SM100_ONLY))
     if model_guards:
         checks.append(
             spec_checks.dimensions(
@@ -283,11 +343,7 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
     else:
         requirement = node_requirement
     placement = inputs.place(requirement)
-    nvlink = node_checks.nvlink_fully_connected(
-        inputs.sm100_candidates,
-        inputs.place(inputs.requirement(Requirement.MEGA_MOE)),
-        layout.gpus_per_pod,
-    )
+    nvlink = _nvlink_fully_connected(inputs)
     checks.append(node_checks.as_information(nvlink, " (not enforced for an explicit backend)"))
     checks.append(node_checks.capacity(placement, spec.replicas))
     enforced_failures = [c for c in failed(checks) if c.enforced]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine.checks import CheckResult, failed
@@ -13,6 +14,15 @@ from deepseek_operator.engine.model_facts import ModelFacts
 from deepseek_operator.engine.placement import NodeRequirement, Placement, Requirement, place
 from deepseek_operator.engine.release import ReleaseChoice
 from deepseek_operator.nodes.facts import NodeFacts
+
+_T = TypeVar("_T")
+Shared = Callable[[Hashable, Callable[[], Any]], Any]
+"""``shared(key, compute)``: ``compute()``, or the value an earlier call with ``key`` returned."""
+
+
+def unshared(_key: Hashable, compute: Callable[[], Any]) -> Any:
+    """No sharing: always ``compute()``."""
+    return compute()
 
 
 @dataclass(frozen=True)
@@ -64,11 +74,21 @@ class DecisionInputs:
     layout: Layout
     release: ReleaseChoice
     clique_key: str | None = None  # multi-node groups stay in one clique named by this label
+    # Results over the candidate nodes, shared by every decision over the same candidates
+    # (see :func:`~deepseek_operator.engine.decision.resolve`): the key names every input
+    # besides the candidates themselves.
+    shared: Shared = field(default=unshared, compare=False, repr=False)
+
+    def over_candidates(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()`` (a pure function of the candidates and of what ``key`` holds), shared."""
+        return cast(_T, self.shared(key, compute))
 
     @property
-    def sm100_candidates(self) -> list[NodeFacts]:
+    def sm100_candidates(self) -> tuple[NodeFacts, ...]:
         """The candidate nodes whose GPUs are SM100."""
-        return [n for n in self.candidates if n.is_sm100]
+        return self.over_candidates(
+            ("sm100",), lambda: tuple(n for n in self.candidates if n.is_sm100)
+        )
 
     def requirement(self, kind: Requirement, reason: str = "") -> NodeRequirement:
         """A node requirement that also carries the per-GPU memory the checkpoint needs."""
@@ -81,12 +101,11 @@ class DecisionInputs:
 
     def place(self, requirement: NodeRequirement) -> Placement:
         """Eligible nodes and capacity for ``requirement`` among the candidates."""
-        return place(
-            self.spec,
-            self.candidates,
-            requirement,
-            self.layout.gpus_per_pod,
-            self.layout.pods_per_replica,
+        gpus_per_pod, pods_per_replica = self.layout.gpus_per_pod, self.layout.pods_per_replica
+        # place() reads the spec's GPU resource name (part of the candidates' key) and replicas.
+        return self.over_candidates(
+            ("place", requirement, gpus_per_pod, pods_per_replica, self.spec.replicas),
+            lambda: place(self.spec, self.candidates, requirement, gpus_per_pod, pods_per_replica),
         )
 
     def resolution(
