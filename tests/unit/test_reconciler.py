@@ -117,6 +117,21 @@ def test_a_child_deleted_by_hand_is_applied_again() -> None:
     assert kube.calls == [("get", "a"), ("apply", "Service/a")]
 
 
+def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    _run(rec, _body("a"), gb200_pool())
+    written = rec._applied[("llm", "Deployment", "a", "a")]
+    echo = copy.deepcopy(written)
+    assert rec.is_own_write("llm", "a", "Deployment", "a", echo)
+    later = copy.deepcopy(written)  # e.g. the Deployment controller's status update
+    later["metadata"]["resourceVersion"] = str(int(written["metadata"]["resourceVersion"]) + 5)
+    assert not rec.is_own_write("llm", "a", "Deployment", "a", later)
+    assert not rec.is_own_write("llm", "b", "Deployment", "a", echo)  # another owner's child
+    rec.child_deleted("llm", "Deployment", "a")
+    assert not rec.is_own_write("llm", "a", "Deployment", "a", echo)  # gone: nothing is ours
+
+
 def test_a_stale_child_of_the_same_serving_is_deleted() -> None:
     kube = FakeKube()
     rec = Reconciler(kube)  # type: ignore[arg-type]

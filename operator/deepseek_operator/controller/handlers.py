@@ -8,7 +8,8 @@
 * A Node change that alters GPU facts, labels, taints, readiness or allocatable GPUs re-evaluates
   only the DeepSeekServings whose ``nodeSelector`` matches the node (before or after), debounced
   so a burst of node changes costs one reconcile per object.
-* A child event (readiness, hand edit, deletion) reconciles its owner.
+* A child event (readiness, hand edit, deletion) reconciles its owner; the echo of our own
+  apply (the very version it returned) does not.
 The process's state (:class:`OperatorState`) is kopf's ``memo``, passed to every handler.
 Handlers return nothing: kopf would otherwise write results into ``status``, which the
 structural schema prunes.
@@ -141,7 +142,18 @@ class ClusterApiProbe:
                 CD_CRD: self.kube.served(COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_KIND),
             }
             self._checked_at = now
+        return self._answer()
 
+    def fresh(self) -> ClusterApis | None:
+        """What is served, when discovery need not be asked again (None: call :meth:`current`).
+
+        Never blocks, so a reconcile on the event loop needs no thread for it.
+        """
+        if time.monotonic() - self._checked_at >= API_RECHECK_S:
+            return None
+        return self._answer()
+
+    def _answer(self) -> ClusterApis:
         def served(crd: str) -> bool:
             known = self._established.get(crd)
             return known if known is not None else self._discovered.get(crd, False)
@@ -163,7 +175,9 @@ class OperatorState:
     def __init__(self, compute_domain_enabled: bool = True) -> None:
         self.kube = KubeClient()
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
-        self.reconciler = Reconciler(self.kube, post_event=_post_event, apis_of=self.apis.current)
+        self.reconciler = Reconciler(
+            self.kube, post_event=_post_event, apis_of=self.apis.current, apis_fresh=self.apis.fresh
+        )
         self.nodes = NodeTracker()
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
         self.node_watch: NodeWatch | None = None
@@ -428,6 +442,10 @@ async def child_changed(
     if not owner:
         return
     key = (str(namespace), owner)
+    if type != "DELETED" and memo.reconciler.is_own_write(
+        key[0], owner, str(body.get("kind")), str(meta.get("name")), body
+    ):
+        return  # the watch echoing our own apply
     body_of_owner = indexes.body(key)
     # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
     if body_of_owner is not None and not memo.reconciler.is_gone(body_of_owner):

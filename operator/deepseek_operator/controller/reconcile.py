@@ -100,10 +100,14 @@ class Reconciler:
         kube: KubeClient,
         post_event: Any = None,
         apis_of: Callable[[], ClusterApis] | None = None,
+        apis_fresh: Callable[[], ClusterApis | None] | None = None,
     ) -> None:
         self.kube = kube
         self.post_event = post_event  # callable(body, type, reason, message) or None
         self.apis_of = apis_of or ClusterApis  # what the cluster serves (blocking: discovery)
+        # The same answer without blocking, or None when discovery must be asked (a thread hop
+        # costs milliseconds before the status write under load; discovery is asked rarely).
+        self.apis_fresh = apis_fresh
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         # The last status we wrote (with its resourceVersion) and the last apply responses, so a
         # reconcile that runs before the watch delivers our own writes does not redo them.
@@ -243,6 +247,18 @@ class Reconciler:
                 del self._applied[cache_key]
         return merged
 
+    def is_own_write(
+        self, namespace: str, owner: str, kind: str, name: str, body: Mapping[str, Any]
+    ) -> bool:
+        """Whether ``body`` is exactly the version of a child that our last apply wrote.
+
+        The watch echoes every write back; that echo tells nothing new (the reconcile that
+        wrote it already holds the response), so it needs no reconcile. Any later change
+        (a controller's status update, a hand edit) has a newer resourceVersion.
+        """
+        applied = self._applied.get((namespace, kind, name, owner))
+        return applied is not None and _rv(applied) != 0 and _rv(applied) == _rv(body)
+
     def child_deleted(self, namespace: str, kind: str, name: str) -> None:
         """A child is gone: never mistake our old apply response for it."""
         for cache_key in [k for k in self._applied if k[:3] == (namespace, kind, name)]:
@@ -260,7 +276,9 @@ class Reconciler:
     ) -> Outcome:
         obj = self._parse(body)
         observed = Observed.from_body(body, live)
-        apis = await asyncio.to_thread(self.apis_of)
+        apis = self.apis_fresh() if self.apis_fresh is not None else None
+        if apis is None:
+            apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
         res = planned.resolution
         outcome = Outcome(resolution=res)
