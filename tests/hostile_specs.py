@@ -88,6 +88,11 @@ FLAGS = [
     "--max-num-seqs=4",
     "--kernel-config={}",
     "--no-enable-prefix-caching",
+    '--hf-overrides={"norm_topk_prob":false}',
+    "--hf-overrides.text_config.num_local_experts=8",
+    '--hf-overrides={"rope_theta":1}',
+    "--hf-config-path=/m",
+    "--quant",
 ]
 NUMBERS = st.sampled_from(
     [0, 1, -1, 2, 3, 4, 8, 64, 128, 1023, 1024, 1025, 16384, 2**31 - 1, 2**31, 2**53, 2**63 - 1]

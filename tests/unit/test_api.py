@@ -11,6 +11,7 @@ import yaml
 from deepseek_operator.api.crd import build_crd, crd_yaml
 from deepseek_operator.api.load import parse_serving, parse_spec
 from deepseek_operator.api.rules import (
+    MODEL_CONFIG_KEYS,
     OWNED_FLAGS,
     SPEC_RULES,
     UNOWNED_PREFIX_FLAGS,
@@ -213,3 +214,56 @@ def test_every_abbreviation_of_an_owned_flag_is_refused_in_extra_args(flag: str)
 )
 def test_flags_of_their_own_pass_extra_args(arg: str) -> None:
     parse_spec({"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": [arg]}})
+
+
+def _hf_override_spellings(key: str) -> list[list[str]]:
+    """Every way vLLM's parser lets --hf-overrides (or an abbreviation of it) set ``key``."""
+    flat, nested = f'{{"{key}": 1}}', f'{{"text_config": {{"{key}": 1}}}}'
+    return [
+        [f"--hf-overrides={flat}"],
+        ["--hf-overrides", flat],
+        ["--hf_overrides", nested],
+        [f"--hf-over={nested}"],
+        [f"--hf-overrides.{key}", "1"],
+        [f"--hf-overrides.{key}=1"],
+        [f"--hf-overrides.text_config.{key}=1"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "field"), MODEL_CONFIG_KEYS, ids=[f"--hf-overrides {k}" for k, _ in MODEL_CONFIG_KEYS]
+)
+def test_hf_overrides_of_a_model_config_key_the_decision_reads_are_refused(
+    key: str, field: str
+) -> None:
+    rule = next(r for r in SPEC_RULES if r.name == "ExtraArgsDoNotOverrideModelConfig")
+    assert f"{key}" in rule.message and field in rule.message
+    for args in _hf_override_spellings(key):
+        spec = {"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": args}}
+        with pytest.raises(SpecError) as caught:
+            parse_spec(spec)
+        assert caught.value.message == rule.message, args
+        assert caught.value.field_path == "spec.engine.extraArgs"
+
+
+def test_every_model_fact_from_the_hf_config_is_guarded_against_hf_overrides() -> None:
+    # A new fact the decision reads from the model config must join MODEL_CONFIG_KEYS.
+    from deepseek_operator.engine.model_facts import _FACT_FIELDS
+
+    guarded = {field.removeprefix("spec.model.") for _, field in MODEL_CONFIG_KEYS}
+    not_in_hf_config = {"vram_minimum_gb"}  # the vLLM recipe's figure, not a config.json key
+    for fact in _FACT_FIELDS:
+        camel = fact.split("_")[0] + "".join(w.title() for w in fact.split("_")[1:])
+        assert camel in guarded or fact in not_in_hf_config, fact
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ['--hf-overrides={"max_position_embeddings": 65536}'],
+        ["--hf-overrides.rope_theta", "50000"],
+        ["--hf-token=x"],
+    ],
+)
+def test_hf_overrides_of_other_keys_pass(args: list[str]) -> None:
+    parse_spec({"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": args}})

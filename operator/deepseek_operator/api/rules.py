@@ -179,9 +179,15 @@ def _serve_options() -> dict[str, str]:
 
 
 _SERVE_OPTIONS = _serve_options()
-# What the rendered flags set, plus --model (the positional model's twin) and --config (a YAML
-# file of arguments could set any of them).
-OWNED_DESTS = frozenset({_SERVE_OPTIONS[f] for f in RENDERED_FLAGS} | {"model", "config"})
+# Options that replace the model config the decision read (spec.model and the catalog):
+# --hf-config-path loads another checkpoint's config.json, --quantization / --quantization-config
+# replace the checkpoint's quantization method (which decides the expert kernels, R5).
+MODEL_CONFIG_DESTS = frozenset({"hf_config_path", "quantization", "quantization_config"})
+# What the rendered flags set, plus --model (the positional model's twin), --config (a YAML
+# file of arguments could set any of them) and the model-config options above.
+OWNED_DESTS = frozenset(
+    {_SERVE_OPTIONS[f] for f in RENDERED_FLAGS} | {"model", "config"} | MODEL_CONFIG_DESTS
+)
 # Keys inside a JSON-valued flag that the operator sets (the dotted form of vLLM's parser).
 _OWNED_JSON_KEYS: tuple[str, ...] = ("--kernel-config.moe-backend",)
 OWNED_FLAGS: tuple[str, ...] = (
@@ -231,12 +237,71 @@ def _owns(arg: str) -> bool:
     return "moe_backend" in arg or "moe-backend" in arg or "\\u" in arg
 
 
+# Hugging Face config keys the decision reads, each with the typed field that states it. vLLM
+# applies --hf-overrides to the checkpoint's config (flat keys with config.update, nested objects
+# into sub-configs), so a key here would change under the decision what it decided on. Aliases
+# count: DeepSeek V4's config maps num_local_experts to n_routed_experts and intermediate_size to
+# moe_intermediate_size (transformers' attribute_map); V4.1 keeps expert_dtype in
+# quantization_config, whose quant_method and moe_quant_algo decide the expert kernels too.
+MODEL_CONFIG_KEYS: tuple[tuple[str, str], ...] = (
+    ("architectures", "spec.model.architecture"),
+    ("model_type", "spec.model.architecture"),
+    ("expert_dtype", "spec.model.expertDtype"),
+    ("quantization_config", "spec.model.expertDtype"),
+    ("quant_method", "spec.model.expertDtype"),
+    ("moe_quant_algo", "spec.model.expertDtype"),
+    ("scoring_func", "spec.model.scoringFunc"),
+    ("norm_topk_prob", "spec.model.normTopkProb"),
+    ("hidden_size", "spec.model.hiddenSize"),
+    ("moe_intermediate_size", "spec.model.moeIntermediateSize"),
+    ("intermediate_size", "spec.model.moeIntermediateSize"),
+    ("n_routed_experts", "spec.model.numRoutedExperts"),
+    ("num_local_experts", "spec.model.numRoutedExperts"),
+    ("dspark_n_routed_experts", "spec.model.numDraftRoutedExperts"),
+)
+# The shortest spellings to look for: a key that contains another (moe_intermediate_size,
+# dspark_n_routed_experts) is found by that one.
+_MODEL_CONFIG_KEY_NAMES = tuple(
+    dict.fromkeys(
+        key
+        for key, _ in MODEL_CONFIG_KEYS
+        if not any(other != key and other in key for other, _ in MODEL_CONFIG_KEYS)
+    )
+)
+
+
+def _keys_by_field() -> dict[str, list[str]]:
+    by_field: dict[str, list[str]] = {}
+    for key, field in MODEL_CONFIG_KEYS:
+        by_field.setdefault(field, []).append(key)
+    return by_field
+
+
+def _mentions_model_config_key(arg: str) -> bool:
+    """Whether ``arg`` names a model config key the decision reads, anywhere in it.
+
+    Any mention is refused, wherever it sits: a JSON key of ``--hf-overrides`` (as ``=`` value or
+    the next argument), at any depth (``{"text_config": {"norm_topk_prob": false}}``), or the
+    dotted form ``--hf-overrides.text_config.norm_topk_prob``. vLLM passes these keys on verbatim
+    (no '-' for '_'), and a ``\\u`` escape is refused by the typed-fields rule.
+    """
+    return any(key in arg for key in _MODEL_CONFIG_KEY_NAMES)
+
+
 def _no_owned_flags(spec: DeepSeekServingSpec) -> bool:
     return not any(_owns(a) for a in spec.engine.extra_args)
 
 
 def _first_owned_flag(spec: DeepSeekServingSpec) -> str:
     return next((a for a in spec.engine.extra_args if _owns(a)), "")
+
+
+def _no_model_config_keys(spec: DeepSeekServingSpec) -> bool:
+    return not any(_mentions_model_config_key(a) for a in spec.engine.extra_args)
+
+
+def _first_model_config_key(spec: DeepSeekServingSpec) -> str:
+    return next((a for a in spec.engine.extra_args if _mentions_model_config_key(a)), "")
 
 
 _CROSS_FIELD_RULES: tuple[SpecRule, ...] = (
@@ -356,11 +421,30 @@ _CROSS_FIELD_RULES: tuple[SpecRule, ...] = (
         message=(
             "spec.engine.extraArgs must not set a flag the operator renders from a typed field "
             "(--moe-backend, parallelism, speculative decoding, ports and the typed engine "
-            "flags), in any spelling vLLM's parser accepts (an abbreviation, '_' for '-', a "
+            "flags) or that replaces the model config the decision read (--hf-config-path, "
+            "--quantization), in any spelling vLLM's parser accepts (an abbreviation, '_' for '-', a "
             "dotted or \\u-escaped JSON key); set the typed field instead"
         ),
         holds=_no_owned_flags,
         value=_first_owned_flag,
+    ),
+    SpecRule(
+        name="ExtraArgsDoNotOverrideModelConfig",
+        scope="spec.engine",
+        field_path=".extraArgs",
+        cel=(
+            "!has(self.extraArgs) || self.extraArgs.all(a, "
+            + " && ".join(f"!a.contains('{key}')" for key in _MODEL_CONFIG_KEY_NAMES)
+            + ")"
+        ),
+        message=(
+            "spec.engine.extraArgs must not override a model config key the decision reads, in "
+            "any form (a --hf-overrides JSON key at any depth, the dotted --hf-overrides.KEY "
+            "form); set the typed field instead: "
+            + "; ".join(f"{', '.join(keys)}: {field}" for field, keys in _keys_by_field().items())
+        ),
+        holds=_no_model_config_keys,
+        value=_first_model_config_key,
     ),
 )
 
