@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -334,6 +335,56 @@ def test_nodes_with_too_few_allocatable_gpus_are_not_eligible() -> None:
     res = resolve(spec(), inv)
     assert res.eligible_nodes == ("gb-free",)
     assert "2 allocatable nvidia.com/gpu < 4" in res.placement.message
+
+
+@pytest.mark.parametrize("backend", ["auto", "deep_gemm_mega_moe"])
+def test_an_unreadable_memory_label_is_named_not_read_as_0_mib_or_an_nvlink_failure(
+    backend: str,
+) -> None:
+    inv = inventory(
+        *(
+            node(f"gb{i}", agent=agent_labels(), labels={"nvidia.com/gpu.memory": "1e99"})
+            for i in range(2)
+        )
+    )
+    res = resolve(spec(moeBackend=backend, parallelism={"expertParallel": True}), inv)
+    assert res.reason == "GPUMemoryFailed", res.message
+    memory = next(c for c in res.checks if c.name == "GPUMemory")
+    for message in (memory.message, res.placement.message):
+        assert "gb0: GPU memory label nvidia.com/gpu.memory='1e99' is not an integer" in message
+        assert "scheduler's Gt" in message and not re.search(r"(?<![0-9])0 MiB", message)
+    nvlink = next(c for c in res.checks if c.name == "NVLinkFullyConnected")
+    assert nvlink.passed, nvlink.message
+
+
+def test_a_memory_label_below_the_minimum_is_quoted() -> None:
+    inv = inventory(node("gb0", agent=agent_labels(), labels={"nvidia.com/gpu.memory": "81920"}))
+    res = resolve(spec(), inv)
+    assert res.reason == "GPUMemoryFailed"
+    assert "gb0: GPU memory label nvidia.com/gpu.memory='81920' (GFD) is below the" in (
+        res.placement.message
+    )
+
+
+def test_gpu_labelled_nodes_without_allocatable_gpus_are_named() -> None:
+    missing = node("gb-no-plugin", agent=agent_labels())
+    del missing["status"]["allocatable"]["nvidia.com/gpu"]
+    zero = node("gb-zero", labels={}, allocatable=0)
+    cpu_only = {"metadata": {"name": "cpu-0", "labels": {}}, "status": {"allocatable": {}}}
+    res = resolve(spec(), inventory(missing, zero, cpu_only))
+    assert not res.placement.placeable
+    expected = (
+        "gb-no-plugin: labelled gpu.deepseek-operator.io/count='4' but "
+        "status.allocatable[nvidia.com/gpu] is missing",
+        "gb-zero: labelled nvidia.com/gpu.count='4' but status.allocatable[nvidia.com/gpu] is 0",
+    )
+    architecture = next(c for c in res.checks if c.name == "GPUArchitecture")
+    for message in (res.placement.message, architecture.message):
+        assert all(e in message for e in expected), message
+        assert "cpu-0" not in message
+    # Beside a usable node too, while the replicas fit: the message still names them.
+    res = resolve(spec(), inventory(missing, node("gb-ok", agent=agent_labels())))
+    assert res.placement.placeable and expected[0] in res.placement.message
 
 
 def test_empty_pool_is_not_placeable() -> None:

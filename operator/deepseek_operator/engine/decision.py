@@ -39,6 +39,7 @@ from deepseek_operator.engine.placement import (
     NodeRequirement,
     Requirement,
     candidates,
+    excluded_gpu_nodes,
     pool_clique_key,
 )
 from deepseek_operator.engine.release import (
@@ -98,6 +99,7 @@ def resolve(
         release=choose_release(spec),
         clique_key=shared("clique_key", lambda: pool_clique_key(cands)) if multi_pod else None,
         shared=shared,
+        excluded=shared("excluded", lambda: excluded_gpu_nodes(spec, inventory)),
     )
     requested = spec.moe_backend
     refused = _release_refusal(inputs, requested)
@@ -200,15 +202,22 @@ def _memory_check(inputs: DecisionInputs) -> CheckResult:
 
 
 def _gpu_architecture(inputs: DecisionInputs, rule: str, vllm_msg: str = "") -> CheckResult:
+    # inputs.excluded is a function of the candidates' key, so the shared result stays right.
     return inputs.over_candidates(
         ("gpu_architecture", rule, vllm_msg),
-        lambda: node_checks.gpu_architecture(inputs.candidates, rule, vllm_msg),
+        lambda: node_checks.gpu_architecture(
+            inputs.candidates, rule, vllm_msg, excluded=inputs.excluded
+        ),
     )
 
 
 def _nvlink_fully_connected(inputs: DecisionInputs) -> CheckResult:
-    """R14 over the SM100 candidates and the MegaMoE placement."""
-    requirement = inputs.requirement(Requirement.MEGA_MOE)
+    """R14 over the SM100 candidates and the MegaMoE placement, NVLink alone: a node kept out
+    by its memory label is the GPUMemory check's to report, so an unreadable memory label never
+    reads as an NVLink failure."""
+    requirement = dataclasses.replace(
+        inputs.requirement(Requirement.MEGA_MOE), min_gpu_memory_mib=0
+    )
     gpus_per_pod = inputs.layout.gpus_per_pod
     return inputs.over_candidates(
         ("nvlink_fully_connected", requirement, gpus_per_pod),

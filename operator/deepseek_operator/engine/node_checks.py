@@ -13,23 +13,35 @@ from deepseek_operator.engine.checks import (
     short_list,
 )
 from deepseek_operator.engine.model_facts import ModelFacts
-from deepseek_operator.engine.placement import NodeRequirement, Placement
+from deepseek_operator.engine.placement import NodeRequirement, Placement, memory_shortfall
 from deepseek_operator.names import LWS_INSTALL_HINT
 from deepseek_operator.nodes.facts import NodeFacts
 
 NODES = CheckCategory.NODES
 
 
-def gpu_architecture(candidates: Sequence[NodeFacts], rule: str, vllm_msg: str = "") -> CheckResult:
-    """R3 / A4: some candidate node is SM100 (compute capability major 10)."""
+def gpu_architecture(
+    candidates: Sequence[NodeFacts],
+    rule: str,
+    vllm_msg: str = "",
+    excluded: Sequence[tuple[str, str]] = (),
+) -> CheckResult:
+    """R3 / A4: some candidate node is SM100 (compute capability major 10).
+
+    ``excluded``: GPU-labelled nodes that are no candidates, named when there is no candidate.
+    """
     sm100 = [n for n in candidates if n.is_sm100]
     if not candidates:
+        named = "; ".join(f"{name}: {why}" for name, why in excluded[:8])
+        more = f"; and {len(excluded) - 8} more" if len(excluded) > 8 else ""
         return check(
             "GPUArchitecture",
             NODES,
             rule,
             False,
-            "no candidate GPU nodes" + (f". vLLM: {vllm_msg}" if vllm_msg else ""),
+            "no candidate GPU nodes"
+            + (f" (GPU nodes that are no candidates: {named}{more})" if excluded else "")
+            + (f". vLLM: {vllm_msg}" if vllm_msg else ""),
         )
     others = [n for n in candidates if not n.is_sm100]
     message = f"{len(sm100)}/{len(candidates)} candidate nodes are SM100"
@@ -127,6 +139,11 @@ def gpu_memory(
     )
     if unknown:
         message += f"; memory unknown (no label), admitted: {short_list(unknown)}"
+    short = [n for n in candidates if not requirement.admits(n)]
+    if short:
+        shown = "; ".join(f"{n.name}: {memory_shortfall(n, minimum)}" for n in short[:3])
+        more = f"; and {len(short) - 3} more" if len(short) > 3 else ""
+        message += f"; kept out: {shown}{more}"
     return check("GPUMemory", CheckCategory.FIT, "", bool(fits), message)
 
 

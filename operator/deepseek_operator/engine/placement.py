@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from deepseek_operator import names
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, fabric_usable
+from deepseek_operator.nodes.precedence import MEMORY_MIB, parse_gt_int
 from deepseek_operator.nodes.taints import blocking_taints
 
 # Agent sm-family values with compute capability >= 10.0 (FlashInfer moe_ep's guard, A9).
@@ -56,10 +57,7 @@ class NodeRequirement:
             return f"backend cannot run ({self.reason} failed)"
         memory = node.gpu_memory_mib
         if self.min_gpu_memory_mib and memory is not None and memory < self.min_gpu_memory_mib:
-            return (
-                f"GPU memory {memory} MiB ({node.memory_source}) below the "
-                f"{self.min_gpu_memory_mib} MiB per GPU the checkpoint needs"
-            )
+            return memory_shortfall(node, self.min_gpu_memory_mib)
         if self.clique_key is not None and not (
             node.labels.get(self.clique_key) and fabric_usable(node.labels)
         ):
@@ -77,6 +75,28 @@ class NodeRequirement:
             state = "unknown" if node.nvlink_fully_connected is None else "false"
             return f"NVLink not fully connected ({state}, {node.nvlink_source or 'no agent label'})"
         return ""
+
+
+def memory_shortfall(node: NodeFacts, minimum_mib: int) -> str:
+    """Why ``node``'s GPU memory label keeps it out, quoting the label as written.
+
+    A value the scheduler's ``Gt`` cannot compare (``1e99``, ``80GiB``) is no small number: no
+    affinity term admits the node, so the message says that rather than "0 MiB".
+    """
+    key = MEMORY_MIB.stating_key(node.labels)
+    if key is None:
+        return ""
+    raw = node.labels[key]
+    label = f"{key}={raw!r}"
+    if parse_gt_int(raw) is None:
+        return (
+            f"GPU memory label {label} is not an integer the scheduler's Gt can compare, so no "
+            f"affinity term with a minimum ({minimum_mib} MiB per GPU) admits the node"
+        )
+    return (
+        f"GPU memory label {label} ({node.memory_source}) is below the {minimum_mib} MiB per "
+        "GPU the checkpoint needs"
+    )
 
 
 @dataclass(frozen=True)
@@ -138,14 +158,43 @@ def candidates(spec: DeepSeekServingSpec, inventory: NodeInventory) -> list[Node
     return [n for n in inventory.with_labels(spec.node_selector) if not _base_rejection(spec, n)]
 
 
+def excluded_gpu_nodes(
+    spec: DeepSeekServingSpec, inventory: NodeInventory
+) -> tuple[tuple[str, str], ...]:
+    """Nodes whose labels say they have GPUs but that are no candidates, with why.
+
+    A node labelled with GPUs whose ``status.allocatable`` has none of ``spec.gpuResourceName``
+    (device plugin not running, GPUs fenced off) is the usual surprise, so messages name it,
+    quoting the label, rather than leaving it out of every count.
+    """
+    out: list[tuple[str, str]] = []
+    for node in inventory.with_labels(spec.node_selector):
+        label = node.gpu_label()
+        if label is None:
+            continue
+        why = _base_rejection(spec, node)
+        if not why:
+            continue
+        if node.gpus(spec.gpu_resource_name) <= 0:
+            resource = spec.gpu_resource_name
+            shown = str(node.allocatable[resource]) if resource in node.allocatable else "missing"
+            why = f"labelled {label} but status.allocatable[{resource}] is {shown}"
+        out.append((node.name, why))
+    return tuple(out)
+
+
 def place(
     spec: DeepSeekServingSpec,
     cands: Sequence[NodeFacts],
     requirement: NodeRequirement,
     gpus_per_pod: int,
     pods_per_replica: int,
+    excluded: Sequence[tuple[str, str]] = (),
 ) -> Placement:
-    """Eligible nodes and replica capacity for ``requirement`` among ``cands``."""
+    """Eligible nodes and replica capacity for ``requirement`` among ``cands``.
+
+    ``excluded``: GPU-labelled nodes that are no candidates, and why (named in the message).
+    """
     resource = spec.gpu_resource_name
     eligible: list[str] = []
     pods = 0
@@ -186,6 +235,8 @@ def place(
         )
     if rejected and (not placeable or len(rejected) <= 5):
         message += "; rejected: " + _summarise(rejected)
+    if excluded and (not placeable or len(excluded) <= 5):
+        message += "; GPU nodes that are no candidates: " + _summarise(excluded)
     return Placement(
         gpus_per_pod=gpus_per_pod,
         pods_per_replica=pods_per_replica,

@@ -83,6 +83,9 @@ class DecisionInputs:
         """``compute()`` (a pure function of the candidates and of what ``key`` holds), shared."""
         return cast(_T, self.shared(key, compute))
 
+    # GPU-labelled nodes that are no candidates, and why (named in the placement message).
+    excluded: tuple[tuple[str, str], ...] = ()
+
     @property
     def sm100_candidates(self) -> tuple[NodeFacts, ...]:
         """The candidate nodes whose GPUs are SM100."""
@@ -102,10 +105,18 @@ class DecisionInputs:
     def place(self, requirement: NodeRequirement) -> Placement:
         """Eligible nodes and capacity for ``requirement`` among the candidates."""
         gpus_per_pod, pods_per_replica = self.layout.gpus_per_pod, self.layout.pods_per_replica
-        # place() reads the spec's GPU resource name (part of the candidates' key) and replicas.
+        # place() reads the spec's GPU resource name (part of the candidates' key) and replicas;
+        # the excluded nodes are a function of the candidates' key too.
         return self.over_candidates(
             ("place", requirement, gpus_per_pod, pods_per_replica, self.spec.replicas),
-            lambda: place(self.spec, self.candidates, requirement, gpus_per_pod, pods_per_replica),
+            lambda: place(
+                self.spec,
+                self.candidates,
+                requirement,
+                gpus_per_pod,
+                pods_per_replica,
+                self.excluded,
+            ),
         )
 
     def resolution(

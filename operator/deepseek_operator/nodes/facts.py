@@ -24,6 +24,16 @@ from deepseek_operator.nodes.precedence import (
 from deepseek_operator.nodes.taints import Taint, parse_taints
 
 SM100 = "sm100"
+# Labels that state a node has GPUs, in the order messages quote them (a count says the most).
+_GPU_LABELS = (
+    names.AGENT_COUNT,
+    names.GFD_COUNT,
+    names.AGENT_PRODUCT,
+    names.GFD_PRODUCT,
+    names.AGENT_PRESENT,
+    names.GFD_PRESENT,
+)
+_PRESENCE_LABELS = (names.AGENT_PRESENT, names.GFD_PRESENT)
 MEMO_LIMIT = 4096  # entries per inventory (distinct specs); beyond it the memo starts over
 
 _T = TypeVar("_T")
@@ -68,6 +78,15 @@ class NodeFacts:
     def gpus(self, resource_name: str) -> int:
         """Allocatable GPUs of ``resource_name``."""
         return self.allocatable.get(resource_name, 0)
+
+    def gpu_label(self) -> str | None:
+        """The first label that says this node has GPUs, quoted as written (``key='value'``), or
+        None: lets messages name a GPU node whose ``status.allocatable`` shows none."""
+        for key in _GPU_LABELS:
+            value = self.labels.get(key)
+            if value is not None and (key not in _PRESENCE_LABELS or value == "true"):
+                return f"{key}={value!r}"
+        return None
 
 
 @dataclass(frozen=True)

@@ -86,8 +86,8 @@ def label_problems(labels: Mapping[str, str]) -> tuple[str, ...]:
     for key in (names.AGENT_MEMORY_MIB, names.GFD_MEMORY):
         if key in labels and parse_gt_int(labels[key]) is None:
             problems.append(
-                f"{key}={labels[key]!r} is not an integer the scheduler's Gt can compare "
-                "(read as 0 MiB)"
+                f"{key}={labels[key]!r} is not an integer the scheduler's Gt can compare, so "
+                "no GPU memory minimum admits the node"
             )
     return tuple(problems)
 
@@ -142,6 +142,10 @@ class Fact(Generic[FactT, WantedT]):
                 stated = value is not None or source.states_unknown
                 return value, source.origin if stated else None
         return None, None
+
+    def stating_key(self, labels: Mapping[str, str]) -> str | None:
+        """The key of the label that decides this fact (the first source present), or None."""
+        return next((s.key for s in self.sources if s.key in labels), None)
 
     def terms(self, wanted: WantedT) -> list[Term]:
         """ORed node-selector terms admitting exactly the nodes whose fact matches ``wanted``."""
