@@ -19,6 +19,7 @@ from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.status import Condition, DeepSeekServingStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.queueing import workload_size
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.engine.stability import PreviousDecision
 from deepseek_operator.names import LWS_KIND
@@ -90,6 +91,15 @@ class Observed:
                     return f"{kind}/{name}: {cond.get('reason', '')}: {cond.get('message', '')}"
         return None
 
+    def applied_replicas(self, res: Resolution, serving: ServingObject) -> int | None:
+        """The replicas the live workload (Deployment or LeaderWorkerSet) asks for, or None."""
+        kind = "Deployment" if res.pods_per_replica == 1 else LWS_KIND
+        child = self.children.get((kind, serving.name))
+        if child is None:
+            return None
+        replicas = (child.get("spec") or {}).get("replicas")
+        return replicas if isinstance(replicas, int) else None
+
     def ready_replicas(self, res: Resolution, serving: ServingObject) -> int:
         """Replicas whose pods are all ready, from the live children's status.
 
@@ -133,6 +143,12 @@ def plan(
         ("resolve", serving.spec.model_dump_json(), previous, apis),
         lambda: resolve(serving.spec, inventory, previous, apis),
     )
+    size = workload_size(
+        serving.spec.replicas,
+        res.placement.capacity,
+        serving.spec.max_pending_replicas,
+        observed.applied_replicas(res, serving),
+    )
     status = build_status(
         res,
         generation=serving.generation,
@@ -141,8 +157,9 @@ def plan(
         previous_conditions=observed.conditions,
         observed=observed.live,
         pod_refusal=observed.pod_refusal(),
+        workload_size=size,
     )
-    return Plan(resolution=res, objects=render_objects(serving, res), status=status)
+    return Plan(resolution=res, objects=render_objects(serving, res, size.replicas), status=status)
 
 
 def invalid_spec_plan_status(observed: Observed, message: str, now: str) -> dict[str, Any]:

@@ -330,3 +330,51 @@ def test_operator_restart_leaves_no_duplicate_or_lost_children(
             second.stop()
     finally:
         operator.start()
+
+
+def test_only_placeable_replicas_plus_the_queue_are_created_and_more_nodes_let_more_in(
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    # 50 replicas on 4 trays (one 4-GPU pod each): the Deployment asks for 4 + 1 queued, not 50.
+    node_factory(*(_gb200(f"{namespace}-gb{i}", namespace) for i in range(4)))
+    full_cluster.apply(_serving(namespace, replicas=50))
+
+    def workload_replicas() -> int:
+        return int(_get(full_cluster, namespace, "deployment")["spec"]["replicas"])
+
+    def held_back(text: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda o: text in _condition(o, "Placeable")["message"]
+
+    obj = _wait_condition(
+        full_cluster, namespace, "Placeable", "False", timeout=90,
+        check=held_back("45 of 50 replicas held back: the workload asks for 5 (4 placeable + spec.maxPendingReplicas 1 allowed to pend)"),
+    )  # fmt: skip
+    assert obj["status"]["replicas"] == 50
+    assert workload_replicas() == 5
+    wait_for(
+        lambda: (
+            sorted(p["status"].get("phase") for p in _pods(full_cluster, namespace))
+            == ["Pending"] + ["Running"] * 4
+        ),
+        timeout=90,
+        what="4 Running pods and 1 Pending (the queue)",
+    )
+    # Two more trays: two more replicas are let in, still one queued.
+    added = [f"{namespace}-gb4", f"{namespace}-gb5"]
+    node_factory(*(_gb200(name, namespace) for name in added))
+    _wait_condition(
+        full_cluster, namespace, "Placeable", "False", timeout=60,
+        check=held_back("43 of 50 replicas held back: the workload asks for 7"),
+    )  # fmt: skip
+    assert workload_replicas() == 7
+    # The trays go again: capacity shrank, but the workload never shrinks for it.
+    for name in added:
+        full_cluster.delete_node(name)
+    _wait_condition(
+        full_cluster, namespace, "Placeable", "False", timeout=60,
+        check=held_back("43 of 50 replicas held back: the workload keeps its current 7"),
+    )  # fmt: skip
+    assert workload_replicas() == 7
+    # Lowering spec.replicas is the way down.
+    patch_serving(full_cluster, namespace, {"spec": {"replicas": 3}})
+    wait_for(lambda: workload_replicas() == 3, timeout=60, what="workload scaled to 3")

@@ -81,3 +81,53 @@ def test_transition_times_carry_over_from_the_observed_conditions() -> None:
     assert times["BackendResolved"] == NOW  # unchanged status keeps its time
     assert times["Ready"] == "2026-01-02T00:00:00Z"  # flipped to True now
     assert second.status.ready_replicas == 1
+
+
+# --- the workload asks only for what can be placed, plus what the user lets queue -------------
+
+
+def _serving(replicas: int, **spec: Any) -> Any:
+    body = _body()
+    body["spec"].update(replicas=replicas, **spec)
+    return parse_serving(body)
+
+
+def _workload_replicas(planned: Any) -> int:
+    return int(planned.objects[0]["spec"]["replicas"])
+
+
+def _placeable_message(planned: Any) -> str:
+    return next(c.message for c in planned.status.conditions if c.type == "Placeable")
+
+
+def test_replicas_beyond_capacity_are_held_back_but_one_may_pend_by_default() -> None:
+    planned = plan(_serving(50), gb200_pool(4), Observed.offline(), NOW)
+    assert _workload_replicas(planned) == 5
+    assert planned.status.replicas == 50  # status keeps what the user asked for
+    assert (
+        "45 of 50 replicas held back: the workload asks for 5 (4 placeable + "
+        "spec.maxPendingReplicas 1 allowed to pend)"
+    ) in _placeable_message(planned)
+    none_pending = plan(_serving(50, maxPendingReplicas=0), gb200_pool(4), Observed.offline(), NOW)
+    assert _workload_replicas(none_pending) == 4
+    fits = plan(_serving(3), gb200_pool(4), Observed.offline(), NOW)
+    assert _workload_replicas(fits) == 3 and "held back" not in _placeable_message(fits)
+
+
+def _live(replicas: int) -> Observed:
+    return Observed(
+        generation=2, children={("Deployment", "dsv41"): {"spec": {"replicas": replicas}}}
+    )
+
+
+def test_lost_capacity_never_scales_the_workload_down_and_new_capacity_lets_more_in() -> None:
+    # 10 applied while 10 trays were there; 4 are left: the serving pods stay.
+    kept = plan(_serving(50), gb200_pool(4), _live(10), NOW)
+    assert _workload_replicas(kept) == 10
+    assert "the workload keeps its current 10" in _placeable_message(kept)
+    grown = plan(_serving(50), gb200_pool(12), _live(10), NOW)
+    assert _workload_replicas(grown) == 13
+    # The user lowering spec.replicas is the one way down.
+    lowered = plan(_serving(6), gb200_pool(4), _live(10), NOW)
+    assert _workload_replicas(lowered) == 6
+    assert _workload_replicas(plan(_serving(0), gb200_pool(4), _live(10), NOW)) == 0

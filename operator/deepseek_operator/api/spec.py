@@ -212,6 +212,9 @@ class DeepSeekServingSpec(ApiModel):
     replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     """Independent serving replicas, each one expert-parallel group."""
 
+    max_pending_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    """Replicas beyond what the eligible nodes can hold that the workload may still ask for (they stay Pending until capacity appears). The workload asks for min(replicas, placeable + maxPendingReplicas) and never shrinks because capacity shrank. Default 1: one Pending pod lets a cluster autoscaler see the demand; 0 creates only what fits."""
+
     moe_backend: str = Field(default="auto", min_length=1, max_length=64)
     """vLLM MoE backend (--moe-backend). auto lets the operator pick deep_gemm_mega_moe for DeepSeek V4.1 where every vLLM condition holds, and otherwise leaves auto to vLLM; any other vLLM MoE backend is kept verbatim and checked against vLLM's hard guards. Case and '-' are normalised like vLLM."""
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from deepseek_operator import names as N
 from deepseek_operator.api import status as S
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
+from deepseek_operator.engine.queueing import WorkloadSize
 from deepseek_operator.engine.resolution import Resolution
 
 # The API server caps a condition message at 32,768 characters; refusals stay far below.
@@ -51,15 +52,19 @@ def build_status(
     previous_conditions: Sequence[S.Condition] = (),
     observed: bool = True,
     pod_refusal: str | None = None,
+    workload_size: WorkloadSize | None = None,
 ) -> S.DeepSeekServingStatus:
     """The whole status: resolved values, decision with checks, replicas, the conditions.
 
     ``observed`` is False for the offline preview, where no pods can have been seen.
     ``pod_refusal`` is a child controller's FailedCreate message (e.g. Pod Security admission).
+    ``workload_size``: how many replicas the workload asks for; the replicas it holds back are said
+    in the Placeable (and a not-ready Ready) message.
     The WorkloadApplied condition is carried over as last written: only the reconciler, after
     its writes, knows whether the API server accepted them (:func:`with_workload_applied`).
     """
     placement = res.placement
+    placement_message = placement.message + (workload_size.note() if workload_size else "")
     backend_msg = res.message
     conditions = [
         _condition(
@@ -76,7 +81,7 @@ def build_status(
             placement.placeable,
             placement.reason
             or (N.REASON_ENOUGH_NODES if placement.placeable else N.REASON_INSUFFICIENT_NODES),
-            placement.message,
+            placement_message,
             generation,
             now,
             previous_conditions,
@@ -105,7 +110,7 @@ def build_status(
     elif not placement.placeable and not all_ready:
         ready_reason, ready_msg = (
             N.REASON_NOT_PLACEABLE,
-            f"{ready_replicas}/{res.replicas} replicas ready; {placement.message}",
+            f"{ready_replicas}/{res.replicas} replicas ready; {placement_message}",
         )
     elif all_ready:
         ready_reason, ready_msg = (

@@ -194,14 +194,16 @@ def pod_template(
     }
 
 
-def render_deployment(obj: ServingObject, res: Resolution) -> dict[str, Any]:
-    """A Deployment of single-pod replicas."""
+def render_deployment(
+    obj: ServingObject, res: Resolution, replicas: int | None = None
+) -> dict[str, Any]:
+    """A Deployment of single-pod replicas (``replicas``: default ``spec.replicas``)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
         "spec": {
-            "replicas": obj.spec.replicas,
+            "replicas": obj.spec.replicas if replicas is None else replicas,
             "selector": {"matchLabels": selector_labels(obj)},
             # No surge: a rollout must not need GPUs beyond what the replicas already hold.
             "strategy": {
@@ -262,8 +264,11 @@ def render_compute_domain(obj: ServingObject) -> dict[str, Any]:
     }
 
 
-def render_leader_worker_set(obj: ServingObject, res: Resolution) -> dict[str, Any]:
-    """One LeaderWorkerSet: a group of ``pods_per_replica`` pods per serving replica.
+def render_leader_worker_set(
+    obj: ServingObject, res: Resolution, replicas: int | None = None
+) -> dict[str, Any]:
+    """One LeaderWorkerSet: a group of ``pods_per_replica`` pods per serving replica
+    (``replicas`` groups: default ``spec.replicas``).
 
     The leader runs the DP head (API server, ``--node-rank 0``), the workers ``--headless`` with
     their LWS worker index as node rank. ``RecreateGroupOnPodRestart``: vLLM's DP group cannot
@@ -277,7 +282,7 @@ def render_leader_worker_set(obj: ServingObject, res: Resolution) -> dict[str, A
         "kind": LWS_KIND,
         "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
         "spec": {
-            "replicas": obj.spec.replicas,
+            "replicas": obj.spec.replicas if replicas is None else replicas,
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {
                 "type": "RollingUpdate",
@@ -293,19 +298,25 @@ def render_leader_worker_set(obj: ServingObject, res: Resolution) -> dict[str, A
     }
 
 
-def _multi_pod(obj: ServingObject, res: Resolution) -> list[dict[str, Any]]:
+def _multi_pod(obj: ServingObject, res: Resolution, replicas: int | None) -> list[dict[str, Any]]:
     if not res.leader_worker_set:
         return []  # never a half-rendered workload: Placeable=False says what to install
     out: list[dict[str, Any]] = []
     if res.compute_domain is ComputeDomainMode.RENDERED:
         out.append(render_compute_domain(obj))
-    out.append(render_leader_worker_set(obj, res))
+    out.append(render_leader_worker_set(obj, res, replicas))
     out.append(render_service(obj, heads_only=True))
     return out
 
 
-def render_objects(obj: ServingObject, res: Resolution) -> list[dict[str, Any]]:
-    """Every child object of the DeepSeekServing, in apply order."""
+def render_objects(
+    obj: ServingObject, res: Resolution, replicas: int | None = None
+) -> list[dict[str, Any]]:
+    """Every child object of the DeepSeekServing, in apply order.
+
+    ``replicas``: the workload's replica count (plan.py's :func:`workload_size`; default
+    ``spec.replicas``).
+    """
     if res.pods_per_replica > 1:
-        return _multi_pod(obj, res)
-    return [render_deployment(obj, res), render_service(obj)]
+        return _multi_pod(obj, res, replicas)
+    return [render_deployment(obj, res, replicas), render_service(obj)]
