@@ -40,6 +40,10 @@ class Observed:
     raw_status: Mapping[str, Any] = field(default_factory=dict)  # as read, to skip no-op writes
     children: Mapping[ChildKey, Mapping[str, Any]] = field(default_factory=dict)
     live: bool = True  # False for the offline preview, where no pods can have been seen
+    # Why a LeaderWorkerSet's StatefulSets cannot create pods, in their controller's words
+    # ("StatefulSet/<name>: FailedCreate: <message>"): read by the reconciler from the Events of
+    # StatefulSets that miss pods (the LeaderWorkerSet's own status never says).
+    pod_refusals: tuple[str, ...] = ()
 
     @classmethod
     def offline(cls) -> Observed:
@@ -48,7 +52,10 @@ class Observed:
 
     @classmethod
     def from_body(
-        cls, body: Mapping[str, Any], children: Mapping[ChildKey, Mapping[str, Any]]
+        cls,
+        body: Mapping[str, Any],
+        children: Mapping[ChildKey, Mapping[str, Any]],
+        pod_refusals: tuple[str, ...] = (),
     ) -> Observed:
         """Parse the live object's status through the API model, once."""
         raw = body.get("status") or {}
@@ -59,7 +66,13 @@ class Observed:
             # decide afresh rather than trust it.
             status = None
         generation = int((body.get("metadata") or {}).get("generation") or 0)
-        return cls(generation=generation, status=status, raw_status=raw, children=children)
+        return cls(
+            generation=generation,
+            status=status,
+            raw_status=raw,
+            children=children,
+            pod_refusals=pod_refusals,
+        )
 
     @property
     def conditions(self) -> tuple[Condition, ...]:
@@ -83,13 +96,14 @@ class Observed:
         """Why a child's controller cannot create pods, in its own words (or None).
 
         A Deployment reports it as the ``ReplicaFailure`` condition (reason ``FailedCreate``,
-        e.g. a Pod Security admission refusal) that it copies from its ReplicaSet.
+        e.g. a Pod Security admission refusal) that it copies from its ReplicaSet; a
+        LeaderWorkerSet's StatefulSets only as ``FailedCreate`` Events (:attr:`pod_refusals`).
         """
         for (kind, name), body in sorted(self.children.items()):
             for cond in (body.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
                     return f"{kind}/{name}: {cond.get('reason', '')}: {cond.get('message', '')}"
-        return None
+        return self.pod_refusals[0] if self.pod_refusals else None
 
     def applied_replicas(self, res: Resolution, serving: ServingObject) -> int | None:
         """The replicas the live workload (Deployment or LeaderWorkerSet) asks for, or None."""

@@ -271,3 +271,30 @@ def test_without_the_lws_crd_a_multi_pod_spec_is_not_placeable_and_renders_nothi
     # Installing LWS afterwards is noticed (CRD watch): the workload appears.
     wait_for(lambda: _running(cp, namespace, 4), timeout=180, what="groups after LWS install")
     assert _condition(cp, namespace, "Placeable")["status"] == "True"
+
+
+def test_pods_a_leaderworkerset_cannot_create_surface_as_pods_refused(
+    lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
+) -> None:
+    # vLLM images run as root and multi-pod replicas add IPC_LOCK: "restricted" refuses the
+    # leader pods. The LeaderWorkerSet stays "Progressing"; only its StatefulSet's FailedCreate
+    # Event says why, and the DeepSeekServing must say it too.
+    cp = lws_cluster
+    cp.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    cp.apply(_serving(namespace))
+
+    def refused() -> dict[str, Any] | None:
+        cond = _condition(cp, namespace, "Ready")
+        return cond if cond.get("reason") == "PodsRefused" else None
+
+    cond = wait_for(refused, timeout=120, what="Ready=False PodsRefused")
+    assert cond["status"] == "False"
+    message = cond["message"]
+    assert f"StatefulSet/{NAME}: FailedCreate: " in message, message
+    assert 'violates PodSecurity "restricted:latest"' in message, message
+    lws = cp.kubectl_json("get", "leaderworkersets", NAME, "-n", namespace)
+    assert not any(
+        c.get("status") == "True" and "fail" in c.get("reason", "").lower()
+        for c in (lws.get("status") or {}).get("conditions", [])
+    ), "LWS itself says nothing about the refusal"
+    assert _condition(cp, namespace, "WorkloadApplied").get("status") != "False"

@@ -350,7 +350,9 @@ def test_compute_domain_value_switches_the_rbac_rule_and_the_operator_flag(
     writes = {"get", "list", "watch", "create", "patch", "delete"}
     assert rights(on)["leaderworkersets.leaderworkerset.x-k8s.io"] == writes
     assert rights(on)["computedomains.resource.nvidia.com"] == writes
-    assert "statefulsets.apps" not in rights(on)
+    # LeaderWorkerSet writes its StatefulSets; the operator only reads them (refused pods).
+    assert rights(on)["statefulsets.apps"] == {"get", "list", "watch"}
+    assert rights(on)["events."] == {"create", "list"}
     assert "--no-compute-domain" not in operator_args(on)
     off = render(helm, extra=(*namespaces, "--set", "computeDomain.enabled=false"))
     assert "computedomains.resource.nvidia.com" not in rights(off)

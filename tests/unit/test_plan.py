@@ -131,3 +131,12 @@ def test_lost_capacity_never_scales_the_workload_down_and_new_capacity_lets_more
     lowered = plan(_serving(6), gb200_pool(4), _live(10), NOW)
     assert _workload_replicas(lowered) == 6
     assert _workload_replicas(plan(_serving(0), gb200_pool(4), _live(10), NOW)) == 0
+
+
+def test_a_statefulset_refusal_of_a_leaderworkerset_makes_ready_pods_refused() -> None:
+    refusal = 'StatefulSet/dsv41: FailedCreate: Create Pod dsv41-0 ... violates PodSecurity "restricted:latest"'
+    observed = Observed(generation=2, pod_refusals=(refusal,))
+    planned = plan(_serving(1), gb200_pool(4), observed, NOW)
+    ready = next(c for c in planned.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodsRefused")
+    assert ready.message == f"0/1 replicas ready; {refusal}"

@@ -89,14 +89,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: ["computedomains"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end }}
+# The StatefulSets LeaderWorkerSet makes (read only): a refused pod shows only there.
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events on DeepSeekServings: kopf.event() POSTs core/v1 Events (never events.k8s.io, never
-# patches them).
+# patches them); list reads a StatefulSet's FailedCreate Events (the pod refusal's text).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 # kopf peering (HA) in namespaced mode: a KopfPeering per watched namespace.
 - apiGroups: ["kopf.dev"]
   resources: ["kopfpeerings"]

@@ -9,7 +9,8 @@
   only the DeepSeekServings whose ``nodeSelector`` matches the node (before or after), debounced
   so a burst of node changes costs one reconcile per object.
 * A child event (readiness, hand edit, deletion) reconciles its owner; the echo of our own
-  apply (the very version it returned) does not.
+  apply (the very version it returned) does not. So does an event of a StatefulSet our
+  LeaderWorkerSet made (its refused pods surface as ``PodsRefused``).
 The process's state (:class:`OperatorState`) is kopf's ``memo``, passed to every handler.
 Handlers return nothing: kopf would otherwise write results into ``status``, which the
 structural schema prunes.
@@ -42,6 +43,7 @@ from deepseek_operator.names import (
     LABEL_MANAGED_BY,
     LWS_API_VERSION,
     LWS_KIND,
+    LWS_NAME_LABEL,
     MANAGED_BY,
     PLURAL,
     VERSION,
@@ -66,6 +68,8 @@ BACKOFF_AFTER_ERROR_S = 10.0
 # over within about this long after the active one is killed (kopf's default is 60 s).
 PEERING_LIFETIME_S = 8
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
+# StatefulSets LeaderWorkerSet makes (leader and per-group workers) carry its name, not our labels.
+LWS_STATEFULSET_LABELS = {LWS_NAME_LABEL: kopf.PRESENT}
 
 ServingKey = tuple[str, str]  # (namespace, name)
 ChildEntry = tuple[str, str, dict[str, Any]]  # (kind, name, body)
@@ -81,6 +85,7 @@ class Indexes:
 
     servings: kopf.Index[ServingKey, dict[str, Any]]
     children: tuple[kopf.Index[ServingKey, ChildEntry], ...]
+    statefulsets: kopf.Index[ServingKey, dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
@@ -93,12 +98,17 @@ class Indexes:
                 kwargs["computedomain_index"],
                 kwargs["service_index"],
             ),
+            statefulsets=kwargs.get("lws_statefulset_index"),
         )
 
     def body(self, key: ServingKey) -> Mapping[str, Any] | None:
         """The latest body of a DeepSeekServing (None once deleted)."""
         bodies = list(self.servings.get(key, []))
         return bodies[0] if bodies else None
+
+    def lws_statefulsets(self, key: ServingKey) -> list[dict[str, Any]]:
+        """The StatefulSets of the LeaderWorkerSet named like ``key`` (read, never written)."""
+        return list(self.statefulsets.get(key, [])) if self.statefulsets is not None else []
 
     def live_children(self, key: ServingKey) -> dict[ChildKey, dict[str, Any]]:
         """The DeepSeekServing's children as the watches last saw them."""
@@ -240,6 +250,7 @@ class OperatorState:
             self.nodes.inventory,
             lambda: indexes.live_children(key),
             trigger,
+            lambda: indexes.lws_statefulsets(key),
         )
 
     def schedule(self, key: ServingKey, delay: float, trigger: str) -> None:
@@ -264,6 +275,8 @@ class OperatorState:
                 return
             if outcome is not None and outcome.retry_after is not None:
                 self.schedule(key, outcome.retry_after, trigger="backoff")
+            elif outcome is not None and outcome.recheck_after is not None:
+                self.schedule(key, outcome.recheck_after, trigger="recheck")
 
         self.pending[key] = asyncio.create_task(later())
 
@@ -367,6 +380,30 @@ def service_index(
     return _child_entry(namespace, name, body)
 
 
+@kopf.index("apps", "v1", "statefulsets", labels=LWS_STATEFULSET_LABELS)
+def lws_statefulset_index(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[ServingKey, dict[str, Any]]:
+    """(namespace, LeaderWorkerSet name) → its StatefulSets, reduced to what pod refusals need.
+
+    Our LeaderWorkerSet is named after its DeepSeekServing; the reconciler reads these only when
+    that LeaderWorkerSet is ours.
+    """
+    meta = body.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(LWS_NAME_LABEL)
+    if not owner:
+        return {}
+    kept_meta = {k: meta.get(k) for k in ("name", "uid", "generation", "resourceVersion")}
+    replicas = (body.get("spec") or {}).get("replicas")
+    return {
+        (str(namespace), str(owner)): {
+            "metadata": kept_meta,
+            "spec": {"replicas": replicas},
+            "status": dict(body.get("status") or {}),
+        }
+    }
+
+
 # --- DeepSeekServing ----------------------------------------------------------------------------
 
 
@@ -387,6 +424,12 @@ async def reconcile_serving(
         raise kopf.TemporaryError(
             f"Reconcile failed: {type(exc).__name__}: {exc}", delay=BACKOFF_AFTER_ERROR_S
         ) from None
+    if outcome is not None and outcome.recheck_after is not None and outcome.retry_after is None:
+        memo.schedule(
+            (str(meta.get("namespace")), str(meta.get("name"))),
+            outcome.recheck_after,
+            trigger="recheck",
+        )
     if outcome is not None and outcome.retry_after is not None:
         # The API server refused a child: retry with capped exponential backoff.
         raise kopf.TemporaryError(
@@ -422,6 +465,22 @@ async def addon_crd_changed(
 
 
 # --- children -----------------------------------------------------------------------------------
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels=LWS_STATEFULSET_LABELS)
+async def lws_statefulset_changed(
+    namespace: str | None, type: str, body: kopf.Body, memo: OperatorState, **kwargs: Any
+) -> None:
+    """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves, if
+    any, so pods its controller cannot create surface as ``PodsRefused``."""
+    if type is None:  # the initial listing is covered by resume
+        return
+    indexes = memo.remember(kwargs)
+    owner = ((body.get("metadata") or {}).get("labels") or {}).get(LWS_NAME_LABEL)
+    key = (str(namespace), str(owner))
+    body_of_owner = indexes.body(key)
+    if body_of_owner is not None and not memo.reconciler.is_gone(body_of_owner):
+        memo.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)

@@ -272,3 +272,22 @@ class KubeClient:
     async def check_owner(self, namespace: str, name: str, uid: str) -> None:
         """Raise :class:`OwnerGone` unless the DeepSeekServing ``uid`` still lives (one GET)."""
         await asyncio.to_thread(self._check_owner, namespace, name, uid)
+
+    def _failed_create(self, namespace: str, uid: str) -> str | None:
+        # The StatefulSet controller reports a refused pod only as a core/v1 Event on the
+        # StatefulSet (reason FailedCreate, repeated as a count); its status has no condition.
+        path = f"/api/v1/namespaces/{namespace}/events"
+        selector = f"involvedObject.uid={uid},reason=FailedCreate"
+        listed = self._call("GET", path, None, "application/json", [("fieldSelector", selector)])
+        events = (listed or {}).get("items") or []
+        if not events:
+            return None
+
+        def when(event: dict[str, Any]) -> str:
+            return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+        return str(max(events, key=when).get("message") or "")
+
+    async def failed_create(self, namespace: str, uid: str) -> str | None:
+        """The newest ``FailedCreate`` Event message on the object ``uid`` (one LIST), or None."""
+        return await asyncio.to_thread(self._failed_create, namespace, uid)

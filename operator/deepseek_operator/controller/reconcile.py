@@ -14,13 +14,14 @@ import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient, OwnerGone, refusal
+from deepseek_operator.controller.pod_refusals import StatefulSetRefusals
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
@@ -29,6 +30,7 @@ from deepseek_operator.names import (
     EVENT_BACKEND_UNRUNNABLE,
     EVENT_INVALID_SPEC,
     EVENT_WORKLOAD_REFUSED,
+    LWS_KIND,
     WORKLOAD_APPLIED,
 )
 from deepseek_operator.nodes.facts import NodeInventory
@@ -54,6 +56,8 @@ class Outcome:
     resolution: Resolution | None = None
     refused: list[str] = field(default_factory=list)  # "Kind/name: <the API server's words>"
     retry_after: float | None = None  # seconds; set while the API server refuses a child
+    # seconds; set while a LeaderWorkerSet's StatefulSet misses pods and no Event says why yet
+    recheck_after: float | None = None
 
 
 def contains(live: Any, desired: Any) -> bool:
@@ -118,6 +122,7 @@ class Reconciler:
         self._parsed: dict[tuple[str, str], tuple[str, int, ServingObject]] = {}
         self._gone: dict[str, None] = {}  # uids, oldest first
         self._failures: dict[tuple[str, str], int] = {}  # consecutive refused reconciles
+        self.statefulset_refusals = StatefulSetRefusals(kube)
 
     def _lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
@@ -129,8 +134,12 @@ class Reconciler:
         nodes_of: Callable[[], NodeInventory],
         live_of: Callable[[], Mapping[ChildKey, Mapping[str, Any]]],
         trigger: str,
+        statefulsets_of: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
     ) -> Outcome | None:
         """Reconcile ``key``, reading its latest body, nodes and children once the lock is held.
+
+        ``statefulsets_of``: the StatefulSets LeaderWorkerSet made for ``key`` (their pod
+        refusals are reported; they are never the operator's to write).
 
         Reading under the lock matters: a reconcile queued behind another must see what the
         first one wrote (its status, its children), not the snapshot that queued it.
@@ -147,7 +156,8 @@ class Reconciler:
             live = self._merge_applied(key, live_of())
             try:
                 try:
-                    outcome = await self._reconcile(body, nodes_of(), live)
+                    statefulsets = list(statefulsets_of()) if statefulsets_of else []
+                    outcome = await self._reconcile(body, nodes_of(), live, statefulsets)
                 except SpecError as exc:
                     metrics.RECONCILES.labels(trigger, "invalid").inc()
                     observed = Observed.from_body(body, live)
@@ -273,15 +283,22 @@ class Reconciler:
         body: Mapping[str, Any],
         inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
+        statefulsets: Iterable[Mapping[str, Any]] = (),
     ) -> Outcome:
         obj = self._parse(body)
-        observed = Observed.from_body(body, live)
+        pod_refusals: tuple[str, ...] = ()
+        recheck: float | None = None
+        if (LWS_KIND, obj.name) in live:  # our LeaderWorkerSet: its StatefulSets are its own
+            pod_refusals, recheck = await self.statefulset_refusals.read(
+                obj.namespace, statefulsets
+            )
+        observed = Observed.from_body(body, live, pod_refusals)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
         res = planned.resolution
-        outcome = Outcome(resolution=res)
+        outcome = Outcome(resolution=res, recheck_after=recheck)
         desired = planned.objects
         desired_keys = {(o["kind"], o["metadata"]["name"]) for o in desired}
         # Writes are started only once the owner is known to live (no coroutine is left
