@@ -15,6 +15,11 @@ capabilities those kernels accept, which spellings the parser accepts):
 - `flashinfer_moe_ep_architecture_checked`: the backends `validate_flashinfer_moe_ep_model` refuses
   for a non-DeepSeek architecture;
 - `flashinfer_moe_ep_capabilities`: the compute capabilities its `supports_current_device` accepts;
+- `multi_node`: what a replica spanning several nodes (`--nnodes` > 1) meets: the
+  `distributed_executor_backend` values `ParallelConfig` accepts with `nnodes` > 1 (asked of its own
+  validation), and whether DeepGEMM's MegaMoE buffer is a torch symmetric-memory rendezvous over the
+  EP group (peer GPU memory: NVLink between every rank, across nodes only inside one multi-node
+  NVLink domain);
 - `serve`: `vllm serve`'s options (every option string with its dest, whether it takes a value, its
   choices) and the parser's spelling rules (abbreviations, `_` for `-`, `--no-` forms, `--x.key`).
 """
@@ -94,6 +99,36 @@ def flashinfer_moe_ep_capabilities() -> list[list[int]] | None:
     return accepted
 
 
+def multi_node_facts() -> dict[str, Any]:
+    """What a multi-node replica meets in this release (see the module docstring)."""
+    from vllm.config import parallel
+
+    accepted = []
+    # external_launcher is left out: it needs a torchrun environment (RANK) to be constructed.
+    probed = typing.get_args(parallel.DistributedExecutorBackend)
+    for backend in [b for b in probed if b != "external_launcher"]:
+        try:
+            parallel.ParallelConfig(
+                nnodes=2,
+                node_rank=0,
+                data_parallel_size=2,
+                data_parallel_size_local=1,
+                distributed_executor_backend=backend,
+            )
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            if "nnodes" not in str(exc):
+                raise  # another guard: this probe no longer isolates the multi-node one
+            continue
+        accepted.append(backend)
+    try:
+        from vllm.third_party.deep_gemm import mega
+    except ImportError:
+        symmetric = False
+    else:
+        symmetric = hasattr(mega, "symm_mem")
+    return {"executor_backends": sorted(accepted), "mega_moe_symmetric_memory": symmetric}
+
+
 def _accepts(top: argparse.ArgumentParser, argv: list[str]) -> bool:
     try:
         top.parse_args(argv)
@@ -135,6 +170,7 @@ def extract() -> dict[str, Any]:
     facts: dict[str, Any] = {"release": vllm_cli.release()}
     facts.update(kernel_facts())
     facts["flashinfer_moe_ep_capabilities"] = flashinfer_moe_ep_capabilities()
+    facts["multi_node"] = multi_node_facts()
     facts["serve"] = serve_options()
     return facts
 

@@ -11,7 +11,16 @@ b. argv: vLLM's parser, serve validation and `AsyncEngineArgs.from_cli_args` acc
    render for a backend the release has, and the parsed values equal the spec;
 c. guards and SP: per capability, the set of vLLM rules that refuse the configuration equals the
    set of vLLM-rule checks our engine fails, and sequence parallelism on/off agrees;
-d. `auto`: vLLM itself never turns `auto` into a MegaMoE backend.
+d. `auto`: vLLM itself never turns `auto` into a MegaMoE backend;
+e. multi-node launch: for a replica spanning pods (a LeaderWorkerSet group), the leader's argv and
+   the workers' (index 1 and the last) go through vLLM's own `create_engine_config` launch options
+   into its `ParallelConfig`: vLLM refuses exactly what our engine refuses, and otherwise each pod
+   runs `dataParallelSizeLocal` DP engines starting at DP rank index x local, on
+   GPUs-per-pod GPUs, as DP engines (not a multi-node TP/PP worker).
+
+The GB200 nodes (compute capability 10.0) are NVL72 trays in one NVLink clique, so multi-node
+MegaMoE is checked against vLLM's guards there; elsewhere our A11 (one NVLink clique, a placement
+rule: vLLM has no config-time check for it) keeps it from running.
 
 It prints a table per release and every mismatch with its spec, and exits non-zero on any.
 Usage: python -m conformance.harness [--release X ...] [--newest] [--limit N]
@@ -41,6 +50,7 @@ from deepseek_operator.catalog.vllm import newest_release, supported_releases, v
 from deepseek_operator.engine.checks import CheckCategory
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.resolution import Resolution
+from deepseek_operator.names import GFD_CLIQUE
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.render.argv import LEADER_ADDRESS, WORKER_INDEX, PodRole, vllm_args
 
@@ -89,6 +99,15 @@ LAYOUTS: tuple[tuple[int, int, int | None, bool, int, int, int, bool], ...] = (
     (4, 1, None, True, 1, 1, 1, True),
     (2, 1, None, True, 1, 1, 1, True),
 )
+# Multi-node DP (one LeaderWorkerSet group per replica): (TP, DP, DP-local, EP, EPLB, executor).
+MULTI_NODE_LAYOUTS: tuple[tuple[int, int, int, bool, bool, str], ...] = (
+    (1, 8, 4, True, False, "mp"),  # DEP8 over two GB200 trays (the rack example)
+    (1, 16, 4, True, False, "mp"),  # four trays
+    (2, 4, 2, True, False, "mp"),  # TP2 inside each tray
+    (1, 8, 4, False, False, "mp"),  # no expert parallelism
+    (1, 8, 4, True, True, "mp"),  # EPLB
+    (1, 8, 4, True, False, "ray"),  # vLLM refuses --nnodes with the ray executor
+)
 ENGINE_FLAGS: dict[str, dict[str, Any]] = {
     "": {},
     "speculative": {"speculativeConfig": {"method": "mtp", "num_speculative_tokens": 2}},
@@ -108,6 +127,7 @@ VLLM_RULES: tuple[tuple[str, str], ...] = (
     (r"dual batch overlap", "FlashInferMicrobatching"),
     (r"PCP currently requires", "ContextParallel"),
     (r"all2all", "All2All"),
+    (r"nnodes > 1 can only be set", "MultiNodeExecutor"),
 )
 
 
@@ -145,18 +165,34 @@ def _node(name: str, product: str, cc: tuple[int, int]) -> dict[str, Any]:
     }
 
 
+# GB200 trays are NVL72 compute trays: all of them in one multi-node NVLink clique.
+NVL72_CLIQUE = {GFD_CLIQUE: "4b1e9c7a-2f3d-4e5f-8a9b-0c1d2e3f4a5b.1"}
+
+
 def inventory(cc: tuple[int, int]) -> NodeInventory:
     """Plenty of 8-GPU nodes of one product, so only vLLM's rules can refuse."""
     product = CAPABILITY_PRODUCTS[cc]
-    return build_inventory(_node(f"node-{i}", product, cc) for i in range(64))
+    nodes = [_node(f"node-{i}", product, cc) for i in range(64)]
+    if cc == (10, 0):
+        for node in nodes:
+            node["metadata"]["labels"].update(NVL72_CLIQUE)
+    return build_inventory(nodes)
+
+
+def _layouts() -> Iterator[tuple[int, int, int | None, bool, int, int, int, bool, str]]:
+    """Every single-node layout (mp executor) and every multi-node one."""
+    for layout in LAYOUTS:
+        yield (*layout, "mp")
+    for tp, dp, dp_local, ep, eplb, executor in MULTI_NODE_LAYOUTS:
+        yield tp, dp, dp_local, ep, 1, 1, 1, eplb, executor
 
 
 def generated_cases() -> Iterator[Case]:
     """The matrix: models × variants × backends × layouts × engine flags."""
     for model, (variant, overrides), backend, layout, (flags, engine) in itertools.product(
-        MODELS, MODEL_VARIANTS.items(), BACKENDS, LAYOUTS, ENGINE_FLAGS.items()
+        MODELS, MODEL_VARIANTS.items(), BACKENDS, list(_layouts()), ENGINE_FLAGS.items()
     ):
-        tp, dp, dp_local, ep, pp, pcp, dcp, eplb = layout
+        tp, dp, dp_local, ep, pp, pcp, dcp, eplb, executor = layout
         parallelism: dict[str, Any] = {
             "tensorParallelSize": tp,
             "dataParallelSize": dp,
@@ -165,6 +201,7 @@ def generated_cases() -> Iterator[Case]:
             "prefillContextParallelSize": pcp,
             "decodeContextParallelSize": dcp,
             "enableEplb": eplb,
+            "distributedExecutorBackend": executor,
         }
         if dp_local is not None:
             parallelism["dataParallelSizeLocal"] = dp_local
@@ -181,7 +218,8 @@ def generated_cases() -> Iterator[Case]:
         )
         ident += ("/ep" if ep else "") + (f"/pp{pp}" if pp > 1 else "")
         ident += (f"/pcp{pcp}" if pcp > 1 else "") + (f"/dcp{dcp}" if dcp > 1 else "")
-        ident += ("/eplb" if eplb else "") + (f"/{flags}" if flags else "")
+        ident += ("/eplb" if eplb else "") + (f"/{executor}" if executor != "mp" else "")
+        ident += f"/{flags}" if flags else ""
         yield Case(ident, raw)
 
 
@@ -243,22 +281,30 @@ class Rendered:
     """Our side of one case on one GPU capability."""
 
     resolution: Resolution
-    argv: list[list[str]]  # one per distinct pod role (head, and a headless worker)
+    # (LeaderWorkerSet index, argv) per pod checked: the head (0), and for a multi-pod replica
+    # the headless workers 1 and pods-1.
+    argv: list[tuple[int, list[str]]]
     admission: set[str] = field(default_factory=set)  # our admission rules the spec breaks
 
 
-# What Kubernetes substitutes for the $(VAR) references LeaderWorkerSet pods carry.
-POD_ENV = {LEADER_ADDRESS: "10.0.0.1", WORKER_INDEX: "1"}
+LEADER_IP = "10.0.0.1"
+
+
+def pod_env(index: int) -> dict[str, str]:
+    """What Kubernetes substitutes for the $(VAR) references the pod of LWS index `index` has."""
+    return {LEADER_ADDRESS: LEADER_IP, WORKER_INDEX: str(index)}
 
 
 def render(spec: DeepSeekServingSpec, cc: tuple[int, int]) -> Rendered:
-    """Decide on `cc` nodes and render the argv of the head pod (and a worker pod), with the pod
-    environment references expanded as Kubernetes would."""
+    """Decide on `cc` nodes and render the argv of the head pod (and the first and last worker
+    pods), with the pod environment references expanded as Kubernetes would."""
     res = resolve(spec, inventory(cc))
-    roles = [PodRole(leader=True)]
-    if res.pods_per_replica > 1:
-        roles.append(PodRole(leader=False))
-    argv = [["serve", *(POD_ENV.get(a, a) for a in vllm_args(spec, res, role))] for role in roles]
+    indexes = sorted({0, *([1, res.pods_per_replica - 1] if res.pods_per_replica > 1 else [])})
+    argv = []
+    for index in indexes:
+        env = pod_env(index)
+        role = PodRole(leader=index == 0)
+        argv.append((index, ["serve", *(env.get(a, a) for a in vllm_args(spec, res, role))]))
     return Rendered(res, argv)
 
 
@@ -290,6 +336,7 @@ class ReleaseReport:
     cases: int = 0
     argv_checked: int = 0
     guard_checks: int = 0
+    launch_checks: int = 0
     mismatches: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -320,7 +367,7 @@ def run_oracle(release: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def parsed_mismatches(
-    spec: DeepSeekServingSpec, res: Resolution, parsed: dict[str, Any], worker: bool
+    spec: DeepSeekServingSpec, res: Resolution, parsed: dict[str, Any], index: int
 ) -> list[str]:
     """Values vLLM read that differ from what the spec says."""
     p = spec.parallelism
@@ -333,20 +380,69 @@ def parsed_mismatches(
         "decode_context_parallel_size": p.decode_context_parallel_size,
         "enable_expert_parallel": p.expert_parallel,
         "enable_eplb": p.enable_eplb,
-        "headless": worker,
+        "headless": index > 0,
         "speculative_config": spec.engine.speculative_config,
         "enable_dbo": spec.engine.enable_dbo,
     }
     if res.pods_per_replica > 1:
         expected["data_parallel_size_local"] = p.dp_local
         expected["nnodes"] = res.pods_per_replica
-        expected["node_rank"] = 1 if worker else 0
-        expected["data_parallel_address"] = POD_ENV[LEADER_ADDRESS]
+        expected["node_rank"] = index
+        expected["data_parallel_address"] = LEADER_IP
     out = []
     for key, want in expected.items():
         got = parsed.get(key)
         if got != want:
             out.append(f"{key}: vLLM read {got!r}, spec says {want!r}")
+    return out
+
+
+def launch_rules(answer: dict[str, Any]) -> set[str]:
+    """Our check names for vLLM's refusal of a multi-node launch (empty when it launches)."""
+    refusal = (answer.get("launch") or {}).get("refusal")
+    return vllm_rules(refusal["message"]) if refusal else set()
+
+
+def launch_mismatches(
+    spec: DeepSeekServingSpec, rendered: Rendered, launch: dict[str, Any], index: int
+) -> list[str]:
+    """(e): vLLM's multi-node launch of the pod of LWS index `index` against our decision."""
+    res = rendered.resolution
+    if "oracle_error" in launch:
+        return [f"[oracle] launch: {launch['oracle_error']}"]
+    ours = {c.name for c in res.checks if not c.passed and c.name == "MultiNodeExecutor"}
+    if "refusal" in launch:
+        theirs = vllm_rules(launch["refusal"]["message"])
+        if not theirs & ours:
+            return [
+                f"[launch] pod {index}: vLLM refuses {sorted(theirs)}, we refuse {sorted(ours) or 'nothing'}"
+            ]
+        return []
+    if ours:
+        return [f"[launch] pod {index}: vLLM launches it, we refuse {sorted(ours)}"]
+    p = spec.parallelism
+    per_rank = p.tensor_parallel_size * p.pipeline_parallel_size * p.prefill_context_parallel_size
+    expected = {
+        "data_parallel_rank": index * p.dp_local,
+        "data_parallel_size_local": p.dp_local,
+        "world_size": per_rank,
+        "local_world_size": per_rank,
+        "nnodes_within_dp": 1,
+        "node_rank_within_dp": 0,  # > 0 would make a headless pod a multi-node TP/PP worker
+    }
+    out = [
+        f"[launch] pod {index}: vLLM {key} {launch.get(key)!r}, ours {want!r}"
+        for key, want in expected.items()
+        if launch.get(key) != want
+    ]
+    if (
+        launch.get("local_world_size", 0) * launch.get("data_parallel_size_local", 0)
+        != res.gpus_per_pod
+    ):
+        out.append(
+            f"[launch] pod {index}: vLLM runs {launch.get('data_parallel_size_local')} engine(s) "
+            f"of {launch.get('local_world_size')} GPU(s), our pod has {res.gpus_per_pod} GPUs"
+        )
     return out
 
 
@@ -372,19 +468,19 @@ def check_release(release: str, cases: list[Case]) -> ReleaseReport:
         for cc, r in rendered.items():
             by_argv.setdefault(json.dumps(r.argv), []).append(cc)
         for argv_key, ccs in by_argv.items():
-            for role, argv in enumerate(json.loads(argv_key)):
+            for index, argv in json.loads(argv_key):
                 queries.append(
                     {
                         "id": f"{case.id}#{len(queries)}",
                         "argv": argv,
                         "model": model,
-                        "capabilities": [list(cc) for cc in ccs] if role == 0 else [],
+                        "capabilities": [list(cc) for cc in ccs] if index == 0 else [],
                     }
                 )
-                expectations.append((case, spec, {cc: rendered[cc] for cc in ccs}, role))
+                expectations.append((case, spec, {cc: rendered[cc] for cc in ccs}, index))
         if spec.moe_backend == "auto":
             # (d): the same spec with auto left to vLLM.
-            argv = rendered[(10, 0)].argv[0]
+            argv = rendered[(10, 0)].argv[0][1]
             at = argv.index("--moe-backend")
             queries.append(
                 {
@@ -424,8 +520,14 @@ def check_release(release: str, cases: list[Case]) -> ReleaseReport:
             report.mismatches.append(
                 f"[argv] vLLM accepts backend {res.moe_backend}, we refuse the name: {where}"
             )
-        for problem in parsed_mismatches(spec, res, answer["parsed"], worker=role == 1):
+        for problem in parsed_mismatches(spec, res, answer["parsed"], role):
             report.mismatches.append(f"[parsed] {problem}: {where}")
+        if "launch" in answer:
+            report.launch_checks += 1
+            for problem in launch_mismatches(spec, first, answer["launch"], role):
+                report.mismatches.append(f"{problem}: {where}")
+        # A refused launch stops vLLM before any model guard runs.
+        refused_launch = launch_rules(answer)
         for result in answer.get("guards", []):
             cc = (result["capability"][0], result["capability"][1])
             report.guard_checks += 1
@@ -433,6 +535,7 @@ def check_release(release: str, cases: list[Case]) -> ReleaseReport:
                 report.mismatches.append(f"[oracle] {cc}: {result['oracle_error']}: {where}")
                 continue
             theirs = set().union(*(vllm_rules(r["message"]) for r in result["refusals"]))
+            theirs |= refused_launch
             r = rendered[cc]
             ours = our_refusals(r)
             # vLLM stops at the first guard that raises in each constructor, we report every check
@@ -477,7 +580,7 @@ def print_report(report: ReleaseReport, limit: int) -> None:
     """The table row and the mismatches of one release."""
     print(
         f"vLLM {report.release:8} specs {report.cases:5}  argv {report.argv_checked:5}  "
-        f"guard/SP checks {report.guard_checks:6}  mismatches {len(report.mismatches):4}  "
+        f"guard/SP checks {report.guard_checks:6}  launch {report.launch_checks:4}  mismatches {len(report.mismatches):4}  "
         f"({report.seconds:.0f}s)"
     )
     for line in report.mismatches[:limit]:

@@ -14,7 +14,16 @@ An answer: `accepted` (vLLM's serve parser, `vllm serve`'s validation and
 `AsyncEngineArgs.from_cli_args` all took the argv), `error` (what refused it), `parsed` (the values
 vLLM read: backend, sizes, EP, DP-local, headless...), and per capability `refusals` (every guard of
 vLLM's that refuses the configuration on that GPU: `probe`, `error` type, `message`) and
-`sequence_parallel` (the model's own `_use_sequence_parallel`).
+`sequence_parallel` (the model's own `_use_sequence_parallel`). For an argv with `--nnodes` > 1,
+`launch`: what this pod of a multi-node replica becomes (below), or the `refusal` that stops it.
+
+How a multi-node launch is checked: `EngineArgs.create_engine_config` runs as `vllm serve` runs it
+(with `headless` for a `--headless` pod), on a stand-in model config (no checkpoint is fetched),
+through its data-parallel launch options (`--nnodes`, `--node-rank`, DP-local inference, the DP
+rank of the pod) into vLLM's own `ParallelConfig`, whose construction is the tripwire. The answer
+holds that ParallelConfig's `data_parallel_rank`, `data_parallel_size_local`, `world_size`,
+`nnodes_within_dp`, `node_rank_within_dp` (> 0: `run_headless` starts a multi-node TP/PP worker
+instead of DP engines) and `local_world_size`.
 
 How the guards are reached without a GPU: the model and MoE-layer constructors of the release's
 CUDA DeepSeek V4 / V4.1 modules run on fake distributed groups and a mock `VllmConfig` (built from
@@ -36,6 +45,7 @@ import types
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 from conformance import fake_platform, vllm_cli
 
@@ -560,6 +570,79 @@ def guards(engine_args: Any, model: dict[str, Any]) -> tuple[list[dict[str, str]
 
 
 # ----------------------------------------------------------------------------------------------
+# Multi-node launch
+# ----------------------------------------------------------------------------------------------
+
+
+arg_utils = importlib.import_module("vllm.engine.arg_utils")
+current_platform = importlib.import_module("vllm.platforms").current_platform
+
+
+class _ParallelConfigBuilt(Exception):
+    """Raised where `create_engine_config` has built its ParallelConfig: the launch is decided."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__("ParallelConfig")
+        self.config = config
+
+
+class _ParallelConfigTripwire:
+    """Stands in for the `ParallelConfig` name in `vllm.engine.arg_utils`: builds the real one
+    (running its own validation) and stops there; class attributes read through to the real one."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(parallel_module.ParallelConfig, name)
+
+    def __call__(self, **kwargs: Any) -> Any:
+        raise _ParallelConfigBuilt(parallel_module.ParallelConfig(**kwargs))
+
+
+def _same_model(**kwargs: Any) -> tuple[Any, Any, Any]:
+    """`maybe_override_with_speculators` without fetching the checkpoint config: no speculator."""
+    return kwargs["model"], kwargs["tokenizer"], kwargs["vllm_speculative_config"]
+
+
+def launch(args: Any) -> dict[str, Any]:
+    """What `vllm serve` makes of this pod of a multi-node replica (see the module docstring)."""
+    engine_args = vllm_cli.engine_args(args)  # its own copy: create_engine_config mutates it
+    model_config = mock.MagicMock(name="model_config")
+    model_config.is_moe = True  # DeepSeek V4 / V4.1 are MoE models
+    patches = (
+        mock.patch.object(arg_utils.EngineArgs, "create_model_config", lambda _self: model_config),
+        mock.patch.object(arg_utils, "maybe_override_with_speculators", _same_model),
+        mock.patch.object(arg_utils, "ParallelConfig", _ParallelConfigTripwire()),
+        # The pods run on CUDA GPUs (ParallelConfig refuses EPLB on other platforms).
+        mock.patch.object(type(current_platform), "is_cuda_alike", lambda _self: True),
+    )
+    try:
+        with contextlib.ExitStack() as stack:
+            for patch in patches:
+                stack.enter_context(patch)
+            engine_args.create_engine_config(headless=bool(getattr(args, "headless", False)))
+    except _ParallelConfigBuilt as built:
+        pc = built.config
+    except (ValueError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
+        return {"refusal": _refusal("create_engine_config", exc)}
+    else:
+        raise RuntimeError("create_engine_config returned without building a ParallelConfig")
+    try:
+        within = {
+            "nnodes_within_dp": pc.nnodes_within_dp,
+            "node_rank_within_dp": pc.node_rank_within_dp,
+        }
+        local_world_size = pc.local_world_size
+    except ValueError as exc:  # 0.31+: nnodes not divisible by the DP node groups
+        return {"refusal": _refusal("ParallelConfig.nnodes_within_dp", exc)}
+    return {
+        "data_parallel_rank": pc.data_parallel_rank,
+        "data_parallel_size_local": pc.data_parallel_size_local,
+        "world_size": pc.world_size,
+        "local_world_size": local_world_size,
+        **within,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------------
 
@@ -578,6 +661,13 @@ def answer(top: Any, case: dict[str, Any]) -> dict[str, Any]:
         return result
     result["accepted"] = True
     result["parsed"] = parsed_values(args, engine_args)
+    if (result["parsed"]["nnodes"] or 1) > 1:
+        try:
+            result["launch"] = launch(args)
+        except Exception as exc:  # the oracle itself failed: report, never hide
+            result["launch"] = {
+                "oracle_error": "".join(traceback.format_exception_only(exc)).strip()
+            }
     per_capability = []
     for major, minor in case.get("capabilities", []):
         with fake_platform.device_capability(major, minor):

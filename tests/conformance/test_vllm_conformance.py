@@ -43,4 +43,5 @@ def test_newest_release_conforms() -> None:
     assert table.startswith(f"vLLM {release}") and "mismatches    0" in table
     specs = int(table.split("specs")[1].split()[0])
     checks = int(table.split("guard/SP checks")[1].split()[0])
-    assert specs >= 1000 and checks >= 5 * 1000, table
+    launches = int(table.split("launch")[1].split()[0])  # multi-node leader and worker argv
+    assert specs >= 1000 and checks >= 5 * 1000 and launches >= 1000, table

@@ -262,3 +262,42 @@ def test_every_supported_vllm_release_accepts_every_flag_of_the_lws_pods() -> No
     for release in supported_releases():
         options = vllm_release(release).serve_options
         assert flags <= set(options), (release, sorted(flags - set(options)))
+
+
+def test_multi_pod_replica_with_the_ray_executor_is_refused_by_the_release_rule() -> None:
+    # vLLM's ParallelConfig: nnodes > 1 only with the mp/uni executor (catalog/vllm multi_node).
+    ray = _spec(parallelism={**DEP8, "expertParallel": True, "distributedExecutorBackend": "ray"})
+    res = resolve(ray, _racks())
+    executor = next(c for c in res.checks if c.name == "MultiNodeExecutor")
+    assert not executor.passed and "distributedExecutorBackend ray" in executor.message
+    assert "mp or uni" in executor.message
+    assert res.reason == "MultiNodeExecutorFailed" and not res.backend_runnable
+    assert res.placement.eligible == ()  # pinned to no node: Pending, not crashing
+    mp = resolve(_spec(), _racks())
+    assert next(c for c in mp.checks if c.name == "MultiNodeExecutor").passed
+    # One pod per replica: no --nnodes, so the executor is no multi-node matter.
+    single = resolve(_spec(parallelism={"tensorParallelSize": 4, "expertParallel": True,
+                                        "distributedExecutorBackend": "ray"}), _racks())  # fmt: skip
+    assert all(c.name != "MultiNodeExecutor" for c in single.checks)
+
+
+def test_one_nvlink_clique_rule_comes_from_the_release_table(monkeypatch: Any) -> None:
+    import dataclasses
+
+    from deepseek_operator.catalog.vllm import supported_releases
+    from deepseek_operator.catalog.vllm.rules import release_rules
+    from deepseek_operator.engine import release as release_module
+
+    for version in supported_releases():
+        rules = release_rules(version)
+        assert rules.needs_one_nvlink_domain("deep_gemm_mega_moe")
+        assert not rules.needs_one_nvlink_domain("triton")
+    # A release whose MegaMoE did not rendezvous symmetric memory would not confine groups:
+    # the decision asks the table, not a hard-coded backend list.
+    real = release_rules("0.33.0")
+    without = dataclasses.replace(
+        real, data=dataclasses.replace(real.data, mega_moe_symmetric_memory=False)
+    )
+    monkeypatch.setattr(release_module, "release_rules", lambda _version: without)
+    res = resolve(_spec(), _racks())
+    assert all(c.name != "NVLinkClique" for c in res.checks) and res.backend_runnable

@@ -45,6 +45,7 @@ from deepseek_operator.engine.placement import (
 from deepseek_operator.engine.release import (
     backend_name,
     choose_release,
+    multi_node_executor,
     prefill_context_parallel,
     release_check,
 )
@@ -158,9 +159,12 @@ def _release_checks(inputs: DecisionInputs, backend: str) -> list[CheckResult]:
     if rules is None:
         return checks
     checks.append(backend_name(rules, backend))
-    pcp = prefill_context_parallel(rules, inputs.facts, inputs.spec, backend)
-    if pcp is not None:
-        checks.append(pcp)
+    for guard in (
+        prefill_context_parallel(rules, inputs.facts, inputs.spec, backend),
+        multi_node_executor(rules, inputs.spec, inputs.layout.pods_per_replica),
+    ):
+        if guard is not None:
+            checks.append(guard)
     return checks
 
 
@@ -338,8 +342,9 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
         checks.append(spec_checks.flashinfer_microbatching(rules, spec, backend))
     checks.append(spec_checks.cuda_platform(spec, "A10"))
     checks.append(_memory_check(inputs))
-    if layout.pods_per_replica > 1:
-        # Across nodes the EP group's all-to-all needs NVLink between every rank: one clique.
+    one_nvlink_domain = layout.pods_per_replica > 1 and rules.needs_one_nvlink_domain(backend)
+    if one_nvlink_domain:
+        # Across nodes the EP group's in-kernel all-to-all needs NVLink between every rank.
         checks.append(
             node_checks.nvlink_clique(inputs.place(node_requirement), inputs.clique_key, "A11")
         )
@@ -347,7 +352,7 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
     spec_failures = [c for c in failed(checks) if c.category is CheckCategory.SPEC]
     if spec_failures:
         requirement = inputs.requirement(Requirement.NONE, spec_failures[0].name)
-    elif layout.pods_per_replica > 1 and inputs.clique_key is None:
+    elif one_nvlink_domain and inputs.clique_key is None:
         requirement = inputs.requirement(Requirement.NONE, "NVLinkClique")
     else:
         requirement = node_requirement

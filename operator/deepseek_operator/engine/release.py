@@ -86,6 +86,32 @@ def backend_name(rules: ReleaseRules, backend: str) -> CheckResult:
     )
 
 
+def multi_node_executor(
+    rules: ReleaseRules, spec: DeepSeekServingSpec, pods_per_replica: int
+) -> CheckResult | None:
+    """A replica spanning pods runs ``--nnodes`` > 1, which the release's ``ParallelConfig``
+    accepts only with some distributed executor backends (any MoE backend)."""
+    if pods_per_replica <= 1:
+        return None
+    executor = spec.parallelism.distributed_executor_backend
+    allowed = sorted(rules.data.multi_node_executor_backends)
+    message = (
+        f"a replica spans {pods_per_replica} pods (--nnodes {pods_per_replica}) with "
+        f"distributedExecutorBackend {executor}"
+    )
+    if rules.multi_node_executor_allowed(executor):
+        return check("MultiNodeExecutor", SPEC, "", True, message)
+    return check(
+        "MultiNodeExecutor",
+        SPEC,
+        "",
+        False,
+        message
+        + f". vLLM {rules.release}: nnodes > 1 can only be set when distributed executor backend "
+        f"is {' or '.join(allowed)}; set spec.parallelism.distributedExecutorBackend to mp",
+    )
+
+
 def prefill_context_parallel(
     rules: ReleaseRules, facts: ModelFacts, spec: DeepSeekServingSpec, backend: str
 ) -> CheckResult | None:

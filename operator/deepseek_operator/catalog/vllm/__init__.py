@@ -2,7 +2,9 @@
 
 Each ``<release>.json`` beside this module is written by ``conformance/extract.py`` running inside
 that release's own virtualenv (``make vllm-catalog``), never by hand: the ``MoEBackend`` names, the
-MegaMoE and FlashInfer moe_ep sets, the FlashInfer moe_ep architecture check and GPUs, and the
+MegaMoE and FlashInfer moe_ep sets, the FlashInfer moe_ep architecture check and GPUs, what a
+multi-node replica meets (executor backends allowed with ``--nnodes`` > 1, MegaMoE's symmetric
+memory), and the
 ``vllm serve`` option table (every option string with the dest it sets, plus the parser's
 spelling rules). ``make conformance`` proves the rules built on it against the release's code.
 """
@@ -40,6 +42,10 @@ class VllmRelease:
     flashinfer_moe_ep_capabilities: frozenset[tuple[int, int]]
     serve_options: Mapping[str, ServeOption]
     parser_rules: Mapping[str, bool]
+    # ParallelConfig accepts nnodes > 1 only with these distributed executor backends.
+    multi_node_executor_backends: frozenset[str]
+    # DeepGEMM's MegaMoE buffer is a torch symmetric-memory rendezvous over the EP group.
+    mega_moe_symmetric_memory: bool
 
 
 def version_key(release: str) -> tuple[int, ...]:
@@ -104,6 +110,8 @@ def vllm_release(release: str) -> VllmRelease:
         ),
         serve_options=options,
         parser_rules=dict(data["serve"]["rules"]),
+        multi_node_executor_backends=_frozen(data["multi_node"]["executor_backends"]),
+        mega_moe_symmetric_memory=bool(data["multi_node"]["mega_moe_symmetric_memory"]),
     )
 
 

@@ -16,6 +16,17 @@ Two generations of the DeepSeek V4 model code:
   DeepGEMM kernel only) EPLB. 0.33.0 adds the V4.1 prefill-context-parallel guard (PCP > 1 needs PP = DP = DCP = 1, no
   microbatching, speculative decoding, KV transfer or MegaMoE, and no prefix caching without SWA
   bounded replay).
+
+Multi-node replicas (``--nnodes`` > 1, every release; the facts come from the data file):
+
+* ``ParallelConfig`` refuses ``nnodes > 1`` unless the distributed executor backend is one of
+  ``multi_node_executor_backends`` (``mp`` and ``uni``: never ``ray``).
+* Every MegaMoE backend dispatches and combines the expert-parallel tokens inside its kernel over
+  peer GPU memory: DeepGEMM's MegaMoE buffer is a torch symmetric-memory rendezvous over the EP
+  group, and the FlashInfer moe_ep megakernels own their dispatch (vLLM binds them to the
+  ``passthrough`` all2all). vLLM has no config-time check for it; across nodes it only works when
+  every rank shares one multi-node NVLink domain (vllm-rules.md §6.6), so the operator confines a
+  group to one NVLink clique (rule A11).
 """
 
 from __future__ import annotations
@@ -50,6 +61,14 @@ class ReleaseRules:
     def is_flashinfer_moe_ep(self, backend: str) -> bool:
         """The backend is one of this release's FlashInfer moe_ep megakernels."""
         return backend in self.data.flashinfer_moe_ep_backends
+
+    def multi_node_executor_allowed(self, executor: str) -> bool:
+        """vLLM accepts ``--nnodes`` > 1 with distributed executor backend ``executor``."""
+        return executor in self.data.multi_node_executor_backends
+
+    def needs_one_nvlink_domain(self, backend: str) -> bool:
+        """A replica spanning nodes with ``backend`` needs every rank in one NVLink domain (A11)."""
+        return self.is_mega_moe(backend) and self.data.mega_moe_symmetric_memory
 
     def model_guards_apply(self, backend: str) -> bool:
         """The model's MegaMoE guards (EP, routing, dtype, divisibility) run for ``backend``."""
