@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from deepseek_operator.api.load import ServingObject
-from deepseek_operator.api.status import Condition, DeepSeekServingStatus
+from deepseek_operator.api.status import Condition, DeepSeekServingStatus, GroupStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.queueing import workload_size
@@ -32,6 +32,19 @@ ChildKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
+class PodSeen:
+    """What the operator keeps of one pod of a LeaderWorkerSet group (never the pod body)."""
+
+    name: str
+    node: str  # spec.nodeName; "" while unscheduled
+    ready: bool
+
+
+GroupPods = Mapping[int, PodSeen]
+"""The pods of one group by LeaderWorkerSet worker index (0: the leader)."""
+
+
+@dataclass(frozen=True)
 class Observed:
     """What the cluster shows for one DeepSeekServing: its status (parsed once) and its children."""
 
@@ -44,6 +57,8 @@ class Observed:
     # ("StatefulSet/<name>: FailedCreate: <message>"): read by the reconciler from the Events of
     # StatefulSets that miss pods (the LeaderWorkerSet's own status never says).
     pod_refusals: tuple[str, ...] = ()
+    # Multi-pod replicas: the pods of each LeaderWorkerSet group, by group index.
+    groups: Mapping[int, GroupPods] = field(default_factory=dict)
 
     @classmethod
     def offline(cls) -> Observed:
@@ -56,6 +71,7 @@ class Observed:
         body: Mapping[str, Any],
         children: Mapping[ChildKey, Mapping[str, Any]],
         pod_refusals: tuple[str, ...] = (),
+        groups: Mapping[int, GroupPods] | None = None,
     ) -> Observed:
         """Parse the live object's status through the API model, once."""
         raw = body.get("status") or {}
@@ -72,6 +88,7 @@ class Observed:
             raw_status=raw,
             children=children,
             pod_refusals=pod_refusals,
+            groups=groups or {},
         )
 
     @property
@@ -172,8 +189,41 @@ def plan(
         observed=observed.live,
         pod_refusal=observed.pod_refusal(),
         workload_size=size,
+        groups=group_statuses(res, inventory, observed.groups) if res.pods_per_replica > 1 else (),
     )
     return Plan(resolution=res, objects=render_objects(serving, res, size.replicas), status=status)
+
+
+def group_statuses(
+    res: Resolution, inventory: NodeInventory, groups: Mapping[int, GroupPods]
+) -> list[GroupStatus]:
+    """Each observed group: leader pod, the NVLink clique of its nodes, nodes, pods ready."""
+    out = []
+    for index in sorted(groups):
+        pods = groups[index]
+        nodes = [pods[w].node for w in sorted(pods)]
+        cliques = sorted(
+            {clique for node in nodes if node and (clique := _clique_of(inventory, node, res))}
+        )
+        out.append(
+            GroupStatus(
+                index=index,
+                leader_pod=pods[0].name if 0 in pods else "",
+                clique=", ".join(cliques) or None,
+                nodes=nodes,
+                pods_ready=sum(1 for p in pods.values() if p.ready),
+                pods_total=res.pods_per_replica,
+            )
+        )
+    return out
+
+
+def _clique_of(inventory: NodeInventory, node: str, res: Resolution) -> str | None:
+    """The NVLink clique of ``node``: the value of the label groups are confined by, if any."""
+    facts = inventory.named(node)
+    if facts is None:
+        return None
+    return facts.labels.get(res.clique_key) if res.clique_key else facts.clique
 
 
 def invalid_spec_plan_status(observed: Observed, message: str, now: str) -> dict[str, Any]:

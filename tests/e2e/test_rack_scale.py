@@ -26,6 +26,7 @@ EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_te
 NAME = EXAMPLE["metadata"]["name"]
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 pytestmark = pytest.mark.e2e
 
@@ -93,6 +94,33 @@ def _group_cliques(cp: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, st
     return out
 
 
+def _groups_from_pods(cp: ControlPlane, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """status.groups as the pods and Nodes show them (every pod Running and Ready)."""
+    cliques = _group_cliques(cp, pods)
+    out = []
+    for group in sorted(cliques, key=int):
+        members = sorted(
+            (p for p in pods if p["metadata"]["labels"][GROUP_INDEX_LABEL] == group),
+            key=lambda p: int(p["metadata"]["labels"].get(WORKER_INDEX_LABEL, "0")),
+        )
+        out.append(
+            {
+                "index": int(group),
+                "leaderPod": members[0]["metadata"]["name"],
+                "clique": cliques[group],
+                "nodes": [p["spec"]["nodeName"] for p in members],
+                "podsReady": len(members),
+                "podsTotal": len(members),
+            }
+        )
+    return out
+
+
+def _status_groups(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    status = cp.kubectl_json("get", "dss", NAME, "-n", namespace).get("status") or {}
+    return list(status.get("groups") or [])
+
+
 def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
     lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
 ) -> None:
@@ -145,6 +173,19 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
     status = cp.kubectl_json("get", "dss", NAME, "-n", namespace)["status"]
     assert status["resolved"]["podsPerReplica"] == 2 and status["readyReplicas"] == 2
     assert status["resolved"]["nvlinkCliques"] == [RACK_A.key, RACK_B.key]
+
+    # status.groups (from the operator's pod watch) names the clique each group landed in and
+    # the nodes its pods are on, exactly as the pods and Nodes show them.
+    expected = _groups_from_pods(cp, _running(cp, namespace, 4) or [])
+    groups = wait_for(
+        lambda: (g := _status_groups(cp, namespace)) == expected and g,
+        timeout=60,
+        what=f"status.groups == {expected}",
+    )
+    assert {g["clique"] for g in groups} == {RACK_A.key, RACK_B.key}
+    ready = _condition(cp, namespace, "Ready")["message"]
+    for g in groups:
+        assert f"{g['index']} in {g['clique']}: 2/2 pods ready" in ready, ready
 
     # Not exclusive: two more groups fit, two trays left in each clique.
     patch_serving(cp, namespace, {"spec": {"replicas": 4}}, name=NAME)

@@ -342,6 +342,10 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
             assert not can(verb, resource, "-n", "kube-system")
             assert not can(verb, resource, "-n", "default")
         assert can("list", "nodes") and not can("patch", "nodes")
+        # Pods: read in the served namespace only (status.groups), never written or fetched.
+        assert can("watch", "pods", "-n", served) and can("list", "pods", "-n", served)
+        assert not can("list", "pods", "-n", "kube-system")
+        assert not can("create", "pods", "-n", served) and not can("get", "pods", "-n", served)
         assert not can("list", "deployments.apps", "--all-namespaces")
         assert not can("get", "secrets", "-n", served)
 

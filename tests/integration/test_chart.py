@@ -198,7 +198,7 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
             assert b["subjects"] == binding["subjects"]
             assert b["roleRef"]["kind"] == "Role"
         namespaced = {r for rule in roles[0]["rules"] for r in rule["resources"]}
-        assert {"deployments", "leaderworkersets", "services", "kopfpeerings"} <= namespaced
+        assert {"deployments", "leaderworkersets", "services", "kopfpeerings", "pods"} <= namespaced
         assert "clusterkopfpeerings" not in namespaced
     else:
         assert roles == [] and by_kind(docs, "RoleBinding") == []
@@ -206,7 +206,9 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
     for rule in role["rules"] + [rule for r in roles for rule in r["rules"]]:
         for key in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule[key] and not any("*" in item for item in rule[key]), rule
-        assert "secrets" not in rule["resources"] and "pods" not in rule["resources"]
+        assert "secrets" not in rule["resources"]
+        if "pods" in rule["resources"]:  # status.groups: read our LWS pods, never write one
+            assert rule["resources"] == ["pods"] and set(rule["verbs"]) == {"list", "watch"}
         if "nodes" in rule["resources"]:
             assert set(rule["verbs"]) == {"get", "list", "watch"}
 

@@ -267,3 +267,22 @@ def test_a_refused_child_is_reported_and_retried_with_growing_backoff() -> None:
     conditions = {c["type"]: c for c in kube.statuses[-1]["conditions"]}
     assert conditions["WorkloadApplied"]["status"] == "True"
     assert conditions["WorkloadApplied"]["reason"] == "Applied"
+
+
+def test_a_status_only_reconcile_writes_the_status_and_never_a_child() -> None:
+    from deepseek_operator.plan import PodSeen
+
+    kube = FakeKube()
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    a = _body("a")
+    key = ("llm", "a")
+    # Nothing applied yet (a missing child), pods seen: a pod event must still not write it.
+    groups = {0: {0: PodSeen("a-0", "gb-0", True)}}
+    asyncio.run(
+        rec.reconcile(
+            key, lambda: a, gb200_pool, dict, "pods", groups_of=lambda: groups, status_only=True
+        )
+    )
+    assert [c[0] for c in kube.calls] == ["status"]
+    _run(rec, a, gb200_pool())  # a full reconcile applies them
+    assert ("apply", "Deployment/a") in kube.calls

@@ -96,6 +96,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Read-only: our LeaderWorkerSet pods (label-selected LIST + WATCH, never a single GET), for the
+# clique and readiness of each group in status.groups. No pod is ever created or changed.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
 # Events on DeepSeekServings: kopf.event() POSTs core/v1 Events (never events.k8s.io, never
 # patches them); list reads a StatefulSet's FailedCreate Events (the pod refusal's text).
 - apiGroups: [""]

@@ -104,6 +104,28 @@ class Condition(ApiModel):
     """RFC 3339 time the status last changed."""
 
 
+class GroupStatus(ApiModel):
+    """One multi-pod replica (a LeaderWorkerSet group) as its pods show it."""
+
+    index: int
+    """The group's index in the LeaderWorkerSet (leaderworkerset.sigs.k8s.io/group-index)."""
+
+    leader_pod: str = ""
+    """Name of the group's leader pod (the DP head); empty until it exists."""
+
+    clique: str | None = None
+    """NVLink clique (<ClusterUUID>.<CliqueId>) of the nodes the group's pods run on; absent while no pod is scheduled or the nodes are in no clique. Several cliques, joined by ", ", would mean a group straddles cliques."""
+
+    nodes: list[str] = Field(default_factory=list)
+    """Node of each pod in worker-index order (leader first); empty string while a pod is unscheduled."""
+
+    pods_ready: int = 0
+    """Pods of the group that are Ready."""
+
+    pods_total: int = 0
+    """Pods the group has (pods per replica)."""
+
+
 class DeepSeekServingStatus(ApiModel):
     """Observed state written by the operator."""
 
@@ -121,6 +143,9 @@ class DeepSeekServingStatus(ApiModel):
 
     ready_replicas: int = 0
     """Replicas whose pods are all ready."""
+
+    groups: list[GroupStatus] | None = None
+    """Multi-pod replicas: one entry per LeaderWorkerSet group that has pods, by group index: its leader pod, NVLink clique, nodes and pods ready. The Ready condition's message sums them up."""
 
     conditions: list[Condition] = Field(
         default_factory=list,

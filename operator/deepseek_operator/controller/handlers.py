@@ -11,6 +11,9 @@
 * A child event (readiness, hand edit, deletion) reconciles its owner; the echo of our own
   apply (the very version it returned) does not. So does an event of a StatefulSet our
   LeaderWorkerSet made (its refused pods surface as ``PodsRefused``).
+* Our LeaderWorkerSet pods come from :class:`PodWatch` (label-selected, per watched namespace or
+  cluster-wide; only name, node and readiness kept): a change asks for a *status-only*
+  reconcile of their owner (``status.groups``), which never writes a child.
 The process's state (:class:`OperatorState`) is kopf's ``memo``, passed to every handler.
 Handlers return nothing: kopf would otherwise write results into ``status``, which the
 structural schema prunes.
@@ -32,6 +35,7 @@ from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import WRITER_THREADS, KubeClient
 from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import NodeWatch
+from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, PodWatch
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
@@ -55,6 +59,7 @@ log = logging.getLogger("deepseek_operator.controller")
 
 NODE_DEBOUNCE_S = 1.0
 CHILD_DEBOUNCE_S = 0.2
+POD_DEBOUNCE_S = 1.0
 API_RECHECK_S = 30.0
 LWS_GROUP, LWS_VERSION = LWS_API_VERSION.split("/")
 CD_GROUP, CD_VERSION = COMPUTE_DOMAIN_API_VERSION.split("/")
@@ -182,7 +187,10 @@ class OperatorState:
     :meth:`__copy__` returns the one instance every handler must share.
     """
 
-    def __init__(self, compute_domain_enabled: bool = True) -> None:
+    def __init__(
+        self, compute_domain_enabled: bool = True, namespaces: tuple[str, ...] = ()
+    ) -> None:
+        self.namespaces = namespaces  # watched namespaces; empty: the whole cluster
         self.kube = KubeClient()
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
         self.reconciler = Reconciler(
@@ -191,8 +199,11 @@ class OperatorState:
         self.nodes = NodeTracker()
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
         self.node_watch: NodeWatch | None = None
+        self.pods = PodGroups()
+        self.pod_watches: list[PodWatch] = []
         self.indexes: Indexes | None = None  # known once the first handler has run
         self.pending: dict[ServingKey, asyncio.Task[None]] = {}
+        self.full_wanted: set[ServingKey] = set()  # a pending reconcile may write children
 
     def __copy__(self) -> OperatorState:
         return self
@@ -208,6 +219,30 @@ class OperatorState:
             self.kube, asyncio.get_running_loop(), self.nodes_seen, self.node_seen
         )
         self.node_watch.start()
+
+    def watch_pods(self) -> None:
+        """Start listing and watching our LeaderWorkerSet pods (from the running event loop)."""
+        loop = asyncio.get_running_loop()
+        for namespace in self.namespaces or (None,):
+            watch = PodWatch(self.kube, loop, namespace, self.pods_listed, self.pod_seen)
+            self.pod_watches.append(watch)
+            watch.start()
+
+    def pods_listed(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> None:
+        """A full listing of our LWS pods in ``namespace`` (None: every namespace)."""
+        self.pods_changed(self.pods.replace(namespace, snapshot))
+
+    def pod_seen(self, key: PodKey, record: PodRecord | None) -> None:
+        """One pod event (``record`` None: deleted)."""
+        self.pods_changed(self.pods.observe(key, record))
+
+    def pods_changed(self, owners: set[ServingKey]) -> None:
+        """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
+        if self.indexes is None:  # no DeepSeekServing seen yet: its first reconcile reads them
+            return
+        for owner in owners:
+            if self.indexes.body(owner) is not None:
+                self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)
 
     def nodes_seen(self, listed: dict[str, NodeFacts]) -> None:
         """A full Node listing (at start, or after the watch expired)."""
@@ -239,7 +274,9 @@ class OperatorState:
                 if any(change.may_affect(selector) for change in changes):
                     self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
-    async def reconcile(self, key: ServingKey, trigger: str) -> Outcome | None:
+    async def reconcile(
+        self, key: ServingKey, trigger: str, status_only: bool = False
+    ) -> Outcome | None:
         """Reconcile ``key`` with whatever the indexes hold once its turn comes."""
         indexes = self.indexes
         assert indexes is not None
@@ -250,19 +287,28 @@ class OperatorState:
             self.nodes.inventory,
             lambda: indexes.live_children(key),
             trigger,
-            lambda: indexes.lws_statefulsets(key),
+            statefulsets_of=lambda: indexes.lws_statefulsets(key),
+            groups_of=lambda: self.pods.groups(key),
+            status_only=status_only,
         )
 
-    def schedule(self, key: ServingKey, delay: float, trigger: str) -> None:
-        """Reconcile soon; events arriving meanwhile fold into the same reconcile."""
+    def schedule(
+        self, key: ServingKey, delay: float, trigger: str, status_only: bool = False
+    ) -> None:
+        """Reconcile soon; events arriving meanwhile fold into the same reconcile, which writes
+        children unless every event that asked for it wanted the status only (pod events)."""
+        if not status_only:
+            self.full_wanted.add(key)
         if key in self.pending and not self.pending[key].done():
             return
 
         async def later() -> None:
             await asyncio.sleep(delay)
             self.pending.pop(key, None)
+            only_status = key not in self.full_wanted
+            self.full_wanted.discard(key)
             try:
-                outcome = await self.reconcile(key, trigger=trigger)
+                outcome = await self.reconcile(key, trigger=trigger, status_only=only_status)
             except Exception as exc:
                 # One line, no traceback: the next event or the backoff retries.
                 log.error(
@@ -285,6 +331,7 @@ class OperatorState:
         task = self.pending.pop(key, None)
         if task is not None and not task.done():
             task.cancel()
+        self.full_wanted.discard(key)
         self.reconciler.gone(key, uid)
 
 
@@ -310,13 +357,16 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
         concurrent.futures.ThreadPoolExecutor(max_workers=WRITER_THREADS, thread_name_prefix="kube")
     )
     memo.watch_nodes()
+    memo.watch_pods()
 
 
 @kopf.on.cleanup()
 async def stop_watching_nodes(memo: OperatorState, **_: Any) -> None:
-    """Close the Node watch."""
+    """Close the Node and pod watches."""
     if memo.node_watch is not None:
         memo.node_watch.stop()
+    for watch in memo.pod_watches:
+        watch.stop()
 
 
 # --- indexes ------------------------------------------------------------------------------------

@@ -70,6 +70,8 @@ def run_operator(args: argparse.Namespace) -> int:
         liveness_endpoint=f"http://{args.health_address}:{args.health_port}/healthz",
         clusterwide=not args.namespace,
         namespaces=args.namespace,
-        memo=OperatorState(compute_domain_enabled=args.compute_domain),
+        memo=OperatorState(
+            compute_domain_enabled=args.compute_domain, namespaces=tuple(args.namespace)
+        ),
     )
     return 0

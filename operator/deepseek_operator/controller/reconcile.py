@@ -5,6 +5,8 @@ command; this module keeps only the I/O: per-object locks, read-your-writes cach
 events. Node facts and live children come from in-memory indexes (no LIST per reconcile).
 Children are written only when the live object no longer contains the desired one (so a hand
 edit or deletion is restored, and a no-op reconcile writes nothing but, at most, the status).
+A status-only reconcile (asked for by pod events) writes no child at all: pods never restart
+pods.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ from deepseek_operator.names import (
     WORKLOAD_APPLIED,
 )
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.plan import ChildKey, Observed, invalid_spec_plan_status, plan
+from deepseek_operator.plan import (
+    ChildKey,
+    GroupPods,
+    Observed,
+    invalid_spec_plan_status,
+    plan,
+)
 from deepseek_operator.render.status import with_workload_applied
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -135,6 +143,8 @@ class Reconciler:
         live_of: Callable[[], Mapping[ChildKey, Mapping[str, Any]]],
         trigger: str,
         statefulsets_of: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
+        groups_of: Callable[[], Mapping[int, GroupPods]] | None = None,
+        status_only: bool = False,
     ) -> Outcome | None:
         """Reconcile ``key``, reading its latest body, nodes and children once the lock is held.
 
@@ -143,6 +153,7 @@ class Reconciler:
 
         Reading under the lock matters: a reconcile queued behind another must see what the
         first one wrote (its status, its children), not the snapshot that queued it.
+        ``groups_of``: the pods of each LeaderWorkerSet group; ``status_only``: write no child.
         """
         namespace, name = key
         started = time.perf_counter()
@@ -157,7 +168,10 @@ class Reconciler:
             try:
                 try:
                     statefulsets = list(statefulsets_of()) if statefulsets_of else []
-                    outcome = await self._reconcile(body, nodes_of(), live, statefulsets)
+                    groups = groups_of() if groups_of is not None else {}
+                    outcome = await self._reconcile(
+                        body, nodes_of(), live, statefulsets, groups, status_only
+                    )
                 except SpecError as exc:
                     metrics.RECONCILES.labels(trigger, "invalid").inc()
                     observed = Observed.from_body(body, live)
@@ -284,6 +298,8 @@ class Reconciler:
         inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
         statefulsets: Iterable[Mapping[str, Any]] = (),
+        groups: Mapping[int, GroupPods] | None = None,
+        status_only: bool = False,
     ) -> Outcome:
         obj = self._parse(body)
         pod_refusals: tuple[str, ...] = ()
@@ -292,7 +308,7 @@ class Reconciler:
             pod_refusals, recheck = await self.statefulset_refusals.read(
                 obj.namespace, statefulsets
             )
-        observed = Observed.from_body(body, live, pod_refusals)
+        observed = Observed.from_body(body, live, pod_refusals, groups)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
@@ -304,14 +320,14 @@ class Reconciler:
         # Writes are started only once the owner is known to live (no coroutine is left
         # un-awaited when it is not).
         writes: list[Callable[[], Awaitable[None]]] = []
-        for manifest in desired:
+        for manifest in [] if status_only else desired:
             key = (manifest["kind"], manifest["metadata"]["name"])
             current = live.get(key)
             if current is None or not contains(current, manifest):
                 writes.append(functools.partial(self._apply, obj, manifest, outcome))
                 outcome.applied.append(f"{key[0]}/{key[1]}")
         for (kind, child), child_body in live.items():
-            if (kind, child) not in desired_keys:
+            if (kind, child) not in desired_keys and not status_only:
                 api_version = str(child_body.get("apiVersion") or "")
                 writes.append(
                     functools.partial(self.kube.delete, api_version, kind, obj.namespace, child)

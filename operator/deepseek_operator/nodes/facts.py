@@ -113,6 +113,11 @@ class NodeInventory:
         smallest = min(buckets, key=len)
         return [n for n in smallest if all(n.labels.get(k) == v for k, v in selector.items())]
 
+    def named(self, name: str) -> NodeFacts | None:
+        """The node called ``name`` (None when the inventory has none by that name)."""
+        by_name = self.memoized(("nodes by name",), lambda: {n.name: n for n in self.nodes})
+        return by_name.get(name)
+
     def memoized(self, key: Hashable, compute: Callable[[], _T]) -> _T:
         """``compute()``, remembered under ``key`` for as long as this inventory lives.
 

@@ -53,6 +53,7 @@ def build_status(
     observed: bool = True,
     pod_refusal: str | None = None,
     workload_size: WorkloadSize | None = None,
+    groups: Sequence[S.GroupStatus] = (),
 ) -> S.DeepSeekServingStatus:
     """The whole status: resolved values, decision with checks, replicas, the conditions.
 
@@ -60,6 +61,7 @@ def build_status(
     ``pod_refusal`` is a child controller's FailedCreate message (e.g. Pod Security admission).
     ``workload_size``: how many replicas the workload asks for; the replicas it holds back are said
     in the Placeable (and a not-ready Ready) message.
+    ``groups``: the multi-pod replicas as their pods show them (the Ready message sums them up).
     The WorkloadApplied condition is carried over as last written: only the reconciler, after
     its writes, knows whether the API server accepted them (:func:`with_workload_applied`).
     """
@@ -123,6 +125,8 @@ def build_status(
             N.REASON_REPLICAS_NOT_READY,
             f"{ready_replicas}/{res.replicas} replicas ready{suffix}",
         )
+    if groups:
+        ready_msg += "; groups: " + "; ".join(_group_summary(g) for g in groups)
     conditions.append(
         _condition(
             N.READY,
@@ -157,8 +161,20 @@ def build_status(
         ),
         replicas=res.replicas,
         ready_replicas=ready_replicas,
+        groups=list(groups) or None,
         conditions=conditions,
     )
+
+
+def _group_summary(group: S.GroupStatus) -> str:
+    """``1 in <clique>: 3/4 pods ready`` (or ``not scheduled``, ``not in an NVLink clique``)."""
+    if group.clique:
+        where = f"in {group.clique}"
+    elif any(group.nodes):
+        where = "not in an NVLink clique"
+    else:
+        where = "not scheduled"
+    return f"{group.index} {where}: {group.pods_ready}/{group.pods_total} pods ready"
 
 
 def _compute_domain_condition(res: Resolution) -> tuple[bool, str, str] | None:

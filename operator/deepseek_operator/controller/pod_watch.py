@@ -1,0 +1,244 @@
+"""Our LeaderWorkerSet pods → group index → (pod, node, ready), for the status only.
+
+Why a watch of its own: the status shows, per multi-pod replica, the clique its pods landed in and
+how many are ready (``status.groups``), which only the pods know. The watch asks the API server
+for our LeaderWorkerSet pods alone (label selector: managed by this operator and carrying LWS's
+``name`` label), in each watched namespace or cluster-wide, and keeps of each pod only its name,
+node and readiness under (namespace, owner, group index, worker index): never a pod body.
+
+A change of what is kept (a pod scheduled, becoming ready, deleted) asks for a *status* reconcile
+of its owner: pod events never rewrite the workload (the stability rule: pods are only restarted by
+a spec change or by LWS's own group recreation).
+
+Like the node watch: one paginated LIST, then a WATCH from its resourceVersion, in a thread; a 410
+or a failed stream lists again. Callbacks run on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.controller.node_watch import (
+    PAGE_SIZE,
+    RETRY_DELAYS_S,
+    WATCH_TIMEOUT_S,
+    WatchExpired,
+    _lines,
+)
+from deepseek_operator.names import (
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LWS_GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    LWS_WORKER_INDEX_LABEL,
+    MANAGED_BY,
+)
+from deepseek_operator.plan import PodSeen
+
+log = logging.getLogger("deepseek_operator.controller")
+
+POD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LWS_NAME_LABEL}"
+
+PodKey = tuple[str, str]  # (namespace, pod name)
+OwnerKey = tuple[str, str]  # (namespace, DeepSeekServing name)
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    """Where one of our LWS pods belongs and what the status shows of it."""
+
+    owner: OwnerKey
+    group: int
+    worker: int
+    seen: PodSeen
+
+
+def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
+    """The record of one pod; None for a pod without our owner label or LWS's indexes."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        group = int(labels[LWS_GROUP_INDEX_LABEL])
+        worker = int(labels.get(LWS_WORKER_INDEX_LABEL, "0"))
+        owner = str(labels[LABEL_INSTANCE])
+    except (KeyError, TypeError, ValueError):
+        return None
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = not meta.get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    return PodRecord(
+        (str(meta.get("namespace")), owner), group, worker, PodSeen(str(meta["name"]), node, ready)
+    )
+
+
+class PodGroups:
+    """Every watched LWS pod's record, and the groups of one owner as the planner reads them."""
+
+    def __init__(self) -> None:
+        self._pods: dict[PodKey, PodRecord] = {}
+        self._by_owner: dict[OwnerKey, dict[PodKey, PodRecord]] = {}
+
+    def groups(self, owner: OwnerKey) -> dict[int, dict[int, PodSeen]]:
+        """group index → worker index → pod, for ``owner``."""
+        out: dict[int, dict[int, PodSeen]] = {}
+        for record in self._by_owner.get(owner, {}).values():
+            out.setdefault(record.group, {})[record.worker] = record.seen
+        return out
+
+    def observe(self, key: PodKey, record: PodRecord | None) -> set[OwnerKey]:
+        """One pod event (``record`` None: deleted); the owners whose groups changed."""
+        old = self._pods.get(key)
+        if old == record:
+            return set()
+        changed = set()
+        if old is not None:
+            self._pods.pop(key)
+            owned = self._by_owner.get(old.owner, {})
+            owned.pop(key, None)
+            if not owned:
+                self._by_owner.pop(old.owner, None)
+            changed.add(old.owner)
+        if record is not None:
+            self._pods[key] = record
+            self._by_owner.setdefault(record.owner, {})[key] = record
+            changed.add(record.owner)
+        return changed
+
+    def replace(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> set[OwnerKey]:
+        """A full listing of ``namespace`` (None: every namespace); the owners that changed."""
+        changed: set[OwnerKey] = set()
+        for key in [k for k in self._pods if namespace is None or k[0] == namespace]:
+            if key not in snapshot:
+                changed |= self.observe(key, None)
+        for key, record in snapshot.items():
+            changed |= self.observe(key, record)
+        return changed
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+
+OnListed = Callable[[str | None, dict[PodKey, PodRecord]], None]
+OnEvent = Callable[[PodKey, PodRecord | None], None]
+
+
+class PodWatch:
+    """Lists, then watches our LWS pods of one namespace (None: cluster-wide) in a thread."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        loop: asyncio.AbstractEventLoop,
+        namespace: str | None,
+        on_listed: OnListed,
+        on_event: OnEvent,
+    ) -> None:
+        self.kube = kube
+        self.loop = loop
+        self.namespace = namespace
+        self.path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        self.on_listed = on_listed
+        self.on_event = on_event
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"pod-watch-{namespace or 'all'}", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start listing and watching in the background."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (closes the open stream)."""
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+            with contextlib.suppress(Exception):
+                response.release_conn()
+
+    def _run(self) -> None:
+        failures = 0
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                version = self._watch(version)
+                failures = 0
+            except WatchExpired:
+                version = None
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
+                failures += 1
+                log.warning(
+                    "Pod watch failed; listing our LeaderWorkerSet pods again",
+                    extra={
+                        "namespace": self.namespace or "",
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "retry_in_s": delay,
+                    },
+                )
+                version = None
+                self._stop.wait(delay)
+
+    def _list(self) -> str:
+        snapshot: dict[PodKey, PodRecord] = {}
+        token = ""
+        while True:
+            query = [("labelSelector", POD_SELECTOR), ("limit", str(PAGE_SIZE))]
+            if token:
+                query.append(("continue", token))
+            page = self.kube.list_page(self.path, query)
+            for pod in page.get("items") or []:
+                record = pod_record(pod)
+                if record is not None:
+                    meta = pod["metadata"]
+                    snapshot[(str(meta.get("namespace")), str(meta["name"]))] = record
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                self.loop.call_soon_threadsafe(self.on_listed, self.namespace, snapshot)
+                return str(meta.get("resourceVersion") or "")
+
+    def _watch(self, version: str) -> str:
+        query = [
+            ("labelSelector", POD_SELECTOR),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
+        ]
+        self._response = self.kube.open_watch(self.path, query, WATCH_TIMEOUT_S + 30)
+        try:
+            for line in _lines(self._response):
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise WatchExpired(str(obj.get("message")))
+                    raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+                meta = obj.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or version)
+                if kind == "BOOKMARK":
+                    continue
+                key = (str(meta.get("namespace")), str(meta.get("name")))
+                record = None if kind == "DELETED" else pod_record(obj)
+                self.loop.call_soon_threadsafe(self.on_event, key, record)
+        finally:
+            self._response.release_conn()
+            self._response = None
+        return version
