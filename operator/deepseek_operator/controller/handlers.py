@@ -317,7 +317,7 @@ class OperatorState:
                     exc,
                     extra={"namespace": key[0], "name_": key[1], "trigger": trigger},
                 )
-                self.schedule(key, BACKOFF_AFTER_ERROR_S, trigger="retry")
+                self.schedule(key, BACKOFF_AFTER_ERROR_S, trigger="retry", status_only=only_status)
                 return
             if outcome is not None and outcome.retry_after is not None:
                 self.schedule(key, outcome.retry_after, trigger="backoff")
