@@ -698,6 +698,85 @@ def run_phase(
     return result
 
 
+def measure_restart(
+    cp: ControlPlane,
+    name: str,
+    servings: list[dict],
+    *,
+    nodes: int,
+    log_dir: Path,
+    threads: int,
+    timeout: float,
+    index_timeout: float,
+) -> dict[str, Any]:
+    """Restart with *servings* in place: process start until a DeepSeekServing created right
+    after it (once its liveness endpoint answers) is resolved.
+
+    The operator first creates and resolves every one of *servings*, is stopped (SIGTERM) and
+    started again; the new process resumes each of them while the probe object waits its turn.
+    """
+    namespaces = sorted({s["metadata"]["namespace"] for s in servings})
+    out: dict[str, Any] = {"operator": name, "nodes": nodes, "servings": len(servings)}
+    rest = Rest(cp)
+    op = start_operator(cp, name, log_dir)
+    try:
+        wait_indexed(op, nodes, index_timeout)
+        watcher = ResolvedWatcher(cp, namespaces, len(servings))
+        watcher.start()
+        watcher.connected.wait(10)
+        with ThreadPoolExecutor(threads) as pool:
+            list(
+                pool.map(
+                    lambda doc: rest.call(
+                        "POST",
+                        f"/apis/{GROUP}/{VERSION}/namespaces/{doc['metadata']['namespace']}/"
+                        f"{PLURAL}",
+                        doc,
+                    ),
+                    servings,
+                )
+            )
+        finished = watcher.done.wait(timeout)
+        watcher.stop()
+        if not finished:
+            out["error"] = f"only {len(watcher.resolved)}/{len(servings)} resolved before restart"
+            return out
+    finally:
+        op.stop()
+    probe = copy.deepcopy(servings[0])
+    probe["metadata"] = {"name": "after-restart", "namespace": namespaces[0]}
+    probe["spec"]["model"]["servedModelName"] = "after-restart"
+    out["load_before"] = load_average()
+    t0 = time.monotonic()
+    op = start_operator(cp, name, log_dir)
+    assert op.proc is not None
+    try:
+        out["healthy_s"] = time.monotonic() - t0
+        watcher = ResolvedWatcher(cp, [namespaces[0]], 1)
+        watcher.start()
+        watcher.connected.wait(10)
+        created = time.monotonic()
+        rest.call("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{namespaces[0]}/{PLURAL}", probe)
+        if watcher.wait_for((namespaces[0], "after-restart"), timeout):
+            resolved = watcher.resolved[(namespaces[0], "after-restart")][0]
+            out["new_object_s"] = resolved - t0  # process start until acted on
+            out["new_object_after_create_s"] = resolved - created
+        else:
+            out["error"] = f"the new object was not resolved within {timeout}s"
+        watcher.stop()
+        out["cpu_s"] = proc_cpu_seconds(op.proc.pid)
+        out["rss_peak_mb"] = proc_rss_peak_mb(op.proc.pid)
+    finally:
+        op.stop()
+        out["load_after"] = load_average()
+        for ns in namespaces:
+            cp.kubectl(
+                "delete", "dss,deployments,statefulsets,services", "--all", "-n", ns,
+                "--wait=false", timeout=300, check=False,
+            )  # fmt: skip
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------
@@ -738,6 +817,14 @@ def print_report(out: Mapping[str, Any]) -> None:
             f"{r['total_s']:>7.2f} {r['cpu_s']:>6.1f} {r['apiserver_etcd_cpu_s']:>7.1f} "
             f"{r['rss_peak_mb']:>7.0f} {r['list_nodes']:>4}/{r['list_dss']:<5} "
             f"{r['load_before']:>4.1f}-{r['load_after']:<4.1f}"
+        )
+    for r in out.get("restart") or []:
+        print(
+            f"\nrestart {r['operator']} with {r['servings']} DeepSeekServings @{r['nodes']} "
+            f"nodes: new object acted on {r.get('new_object_s', float('nan')):.1f} s after the "
+            f"process start ({r.get('new_object_after_create_s', float('nan')):.1f} s after its "
+            f"create), CPU {r.get('cpu_s', float('nan')):.1f} s, load "
+            f"{r.get('load_before', float('nan')):.1f} {r.get('error', '')}"
         )
     print("\nratios ours/noop:")
     for row in out["ratios"]:
@@ -876,6 +963,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-at", type=int_list, default=None,
                    help="node counts with an idle run (default: the smallest and the largest)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=2, help="start-ups per operator and node count")
+    p.add_argument("--restart-servings", type=int, default=1000,
+                   help="DeepSeekServings in place for the restart run (0: none)")  # fmt: skip
     p.add_argument("--namespaces", type=int, default=4, help="namespaces per phase")
     p.add_argument("--gb200-share", type=float, default=0.6, help="share of GB200 nodes")
     p.add_argument("--gb200-pools", type=int, default=3, help="pools of GB200 nodes")
@@ -968,7 +1057,24 @@ def main(argv: list[str] | None = None) -> int:
         for i, count in enumerate(args.servings):
             latency_pair("burst", count, "ours" if i % 2 == 0 else "noop")
 
+        restarts = []
+        for op in ("ours", "noop") if args.restart_servings else ():
+            namespaces = [f"bench-restart-{op}-{k}" for k in range(args.namespaces)]
+            for ns in namespaces:
+                cp.kubectl("create", "namespace", ns)
+            print(f"restart with {args.restart_servings} CRs @{created} nodes: {op} ...",
+                  file=sys.stderr)  # fmt: skip
+            restarts.append(
+                measure_restart(
+                    cp, op, build_servings(args.restart_servings, namespaces, pools),
+                    nodes=created, log_dir=log_dir, threads=args.threads,
+                    timeout=args.timeout, index_timeout=args.index_timeout,
+                )
+            )  # fmt: skip
+            print(f"  {restarts[-1]}", file=sys.stderr)
+
         out = summarise(startups, latency)
+        out["restart"] = restarts
         loads = [r.load_before for r in startups] + [r.load_before for r in latency]
         loads += [r.load_after for r in startups] + [r.load_after for r in latency]
         out["conditions"] = (

@@ -110,7 +110,7 @@ def test_a_relisting_reports_nodes_added_changed_and_gone() -> None:
     assert [n.name for n in tracker.inventory().nodes] == ["b", "c"]
 
 
-def test_indexes_keep_bodies_without_managed_fields() -> None:
+def test_stores_keep_bodies_without_managed_fields_or_kopf_annotations() -> None:
     from deepseek_operator.controller.handlers import _kept
 
     body = {
@@ -122,6 +122,17 @@ def test_indexes_keep_bodies_without_managed_fields() -> None:
     assert kept == {"kind": "Deployment", "metadata": {"name": "a", "resourceVersion": "7"},
                     "spec": {"replicas": 1}}  # fmt: skip
     assert body["metadata"]["managedFields"] == [{"manager": "x"}]  # the event's body is untouched
+    serving = {
+        "metadata": {
+            "name": "a",
+            "annotations": {
+                "serving.deepseek-operator.io/last-handled-configuration": "{...}",
+                "team": "x",
+            },
+        },
+        "spec": {},
+    }
+    assert _kept(serving)["metadata"]["annotations"] == {"team": "x"}
 
 
 class _Discovery:
@@ -153,3 +164,54 @@ def test_addon_crd_events_decide_what_is_served_before_discovery_catches_up() ->
     probe.crd_seen(LWS_CRD, None)
     assert probe.current().leader_worker_set is False
     assert kube.asked == 2  # one discovery round (two kinds), cached since
+
+
+def test_the_peering_gate_follows_kopfs_rule() -> None:
+    import datetime as dt
+
+    from deepseek_operator.controller.peering_gate import PeeringGate
+
+    now = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+
+    def peer(priority: int, seconds_ago: int, lifetime: int = 8) -> dict[str, Any]:
+        seen = (now - dt.timedelta(seconds=seconds_ago)).isoformat()
+        return {"priority": priority, "lastseen": seen, "lifetime": lifetime}
+
+    assert PeeringGate(None).active(now)  # standalone always acts
+    gate = PeeringGate(50)
+    assert not gate.active(now)  # nothing known yet: never act on a guess
+    gate.listed_all({"ha": {"status": {"us": peer(50, 1)}}})
+    assert gate.active(now)
+    gate.seen("MODIFIED", "ha", {"status": {"us": peer(50, 1), "them": peer(70, 2)}})
+    assert not gate.active(now)  # a live peer with a higher priority acts
+    assert gate.active(now + dt.timedelta(seconds=10))  # ... until its heartbeat is too old
+    gate.seen("MODIFIED", "ha", {"status": {"us": peer(50, 1), "them": peer(30, 2)}})
+    assert gate.active(now)  # a lower priority waits for us
+    gate.seen("MODIFIED", "ha", {"status": {"us": peer(50, 1), "twin": peer(50, 2)}})
+    assert not gate.active(now)  # the same priority twice: kopf pauses both
+    gate.seen("DELETED", "ha", {})
+    assert gate.active(now)
+
+
+def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
+    from deepseek_operator.controller.handlers import Stores, reduced_statefulset
+    from deepseek_operator.names import LWS_NAME_LABEL
+
+    def sts(name: str, lws: str, rv: int) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "llm", "resourceVersion": str(rv),
+                "labels": {LWS_NAME_LABEL: lws, "other": "x"}, "managedFields": [{}]}  # fmt: skip
+        return reduced_statefulset({"metadata": meta, "spec": {"replicas": 2, "template": {}}})
+
+    stores = Stores()
+    assert stores.statefulsets_listed({"llm/a-0": sts("a-0", "a", 1), "llm/b-0": sts("b-0", "b", 1)}) == {
+        ("llm", "a"), ("llm", "b"),
+    }  # fmt: skip
+    kept = stores.lws_statefulsets(("llm", "a"))
+    assert kept == [sts("a-0", "a", 1)] and "managedFields" not in kept[0]["metadata"]
+    assert kept[0]["spec"] == {"replicas": 2}
+    assert stores.statefulset_seen("llm/a-1", sts("a-1", "a", 2)) == ("llm", "a")
+    assert len(stores.lws_statefulsets(("llm", "a"))) == 2
+    assert stores.statefulset_seen("llm/a-0", None) == ("llm", "a")
+    assert [s["metadata"]["name"] for s in stores.lws_statefulsets(("llm", "a"))] == ["a-1"]
+    relisted = {"llm/a-1": sts("a-1", "a", 2), "llm/b-0": sts("b-0", "b", 5)}
+    assert stores.statefulsets_listed(relisted) == {("llm", "b")}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tests.unit.factories import agent_labels, node
 
-from deepseek_operator.controller.handlers import Indexes, OperatorState
+from deepseek_operator.controller.handlers import OperatorState
 from deepseek_operator.controller.node_watch import facts_of
 from deepseek_operator.nodes.facts import NodeFacts
 
@@ -36,14 +36,28 @@ class Recorder(OperatorState):
     def __init__(self) -> None:
         super().__init__()
         self.scheduled: list[tuple[str, str]] = []
-        servings = {
-            ("llm", f"dss-{i}"): [{"spec": {"nodeSelector": {"pool": f"p{i % POOLS}"}}}]
-            for i in range(SERVINGS)
-        }
-        self.indexes = Indexes(servings=servings, children=())  # type: ignore[arg-type]
+        self.stores.servings.update(
+            {
+                ("llm", f"dss-{i}"): {"spec": {"nodeSelector": {"pool": f"p{i % POOLS}"}}}
+                for i in range(SERVINGS)
+            }
+        )
 
     def schedule(self, key: tuple[str, str], delay: float, trigger: str) -> None:
         self.scheduled.append(key)
+
+
+def child(kind: str, name: str, owner: str, rv: int, namespace: str = "llm") -> dict[str, Any]:
+    """A child object of ``owner`` as its watch delivers it."""
+    return {
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": str(rv),
+            "labels": {"app.kubernetes.io/instance": owner},
+        },
+    }
 
 
 def listed(n: int) -> tuple[Recorder, dict[str, NodeFacts]]:
@@ -155,3 +169,65 @@ def test_the_engine_runs_once_per_spec_and_inventory_and_again_after_a_node_chan
     state.node_seen("n00001", facts_of(gpu_node(1, rack="r1")))
     plan_module.plan(first, state.nodes.inventory(), plan_module.Observed(), "now")
     assert len(evaluations) == 3  # a node change is a new inventory: decided afresh
+
+
+# --- children: the same O(1) per event, from their own watches ----------------------------------
+
+
+def children_listed(n: int) -> Recorder:
+    """An operator state whose child watches listed a Deployment and a Service for each of
+    ``n`` owners."""
+    state = Recorder()
+    for kind in ("Deployment", "Service"):
+        snapshot = {f"llm/o{i}": child(kind, f"o{i}", f"o{i}", 10 + i) for i in range(n)}
+        state.children_seen(kind, f"{kind}-watch", snapshot)
+    return state
+
+
+@pytest.mark.parametrize("events", [400])
+def test_python_calls_per_child_event_do_not_grow_with_the_fleet(events: int) -> None:
+    def run(state: Recorder) -> Callable[[], None]:
+        def go() -> None:
+            for i in range(events):
+                state.child_seen(
+                    "Deployment", "MODIFIED", "llm/o7", child("Deployment", "o7", "o7", 100 + i)
+                )
+
+        return go
+
+    small, big = children_listed(100), children_listed(3000)
+    small_calls = calls_per_event(run(small), events)
+    big_calls = calls_per_event(run(big), events)
+    assert big_calls == pytest.approx(small_calls, rel=0.02), (small_calls, big_calls)
+
+
+def test_child_events_reach_only_their_owner_and_a_relisting_only_the_changed_ones() -> None:
+    state = children_listed(50)
+    assert state.scheduled == []  # the first listing: resume reconciles every owner anyway
+    for i in range(50):
+        state.stores.servings[("llm", f"o{i}")] = {"metadata": {"uid": f"u{i}"}}
+    assert set(state.stores.live_children(("llm", "o3"))) == {
+        ("Deployment", "o3"),
+        ("Service", "o3"),
+    }
+    state.child_seen("Service", "MODIFIED", "llm/o3", child("Service", "o3", "o3", 500))
+    assert state.scheduled == [("llm", "o3")]
+    state.scheduled.clear()
+    state.child_seen("Service", "DELETED", "llm/o4", child("Service", "o4", "o4", 501))
+    assert state.scheduled == [("llm", "o4")]
+    assert set(state.stores.live_children(("llm", "o4"))) == {("Deployment", "o4")}
+    state.scheduled.clear()
+    # A relabelled child leaves its old owner and joins the new one: both hear of it.
+    state.child_seen("Deployment", "MODIFIED", "llm/o5", child("Deployment", "o5", "o6", 502))
+    assert sorted(state.scheduled) == [("llm", "o6")]
+    assert ("Deployment", "o5") not in state.stores.live_children(("llm", "o5"))
+    assert ("Deployment", "o5") in state.stores.live_children(("llm", "o6"))
+    state.scheduled.clear()
+    # The watch expired and listed again: one Deployment changed, one is gone.
+    snapshot = {f"llm/o{i}": child("Deployment", f"o{i}", f"o{i}", 10 + i) for i in range(50)}
+    snapshot["llm/o9"] = child("Deployment", "o9", "o9", 900)
+    del snapshot["llm/o10"]
+    del snapshot["llm/o5"]
+    snapshot["llm/o5"] = child("Deployment", "o5", "o6", 502)
+    state.children_seen("Deployment", "Deployment-watch", snapshot)
+    assert sorted(state.scheduled) == [("llm", "o10"), ("llm", "o9")]

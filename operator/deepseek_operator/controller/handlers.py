@@ -1,16 +1,17 @@
 """kopf handlers: thin glue between watch events and :class:`Reconciler`.
 
-* Node facts come from :class:`NodeWatch` (one LIST at start, then a WATCH; not a kopf index,
-  whose initial listing costs O(nodes²)); every reconcile waits until the first listing is in.
-* kopf indexes (filled before any handler runs): DeepSeekServings → their latest body, our
-  children → their live body. A reconcile therefore makes no LIST call.
-* One reconcile for create, update and resume of a DeepSeekServing.
+* Node facts and our children come from :class:`ListWatch` threads (one LIST at start, then a
+  WATCH; not kopf indexes, whose initial listing costs O(objects²)); every reconcile waits
+  until the first listings are in. DeepSeekServings' latest bodies are kept from kopf's own
+  events of them. A reconcile therefore makes no LIST call.
+* One reconcile for create, update and resume of a DeepSeekServing; resumes (every object at a
+  restart) wait their turn, a few at a time, so a new object is acted on at once.
 * A Node change that alters GPU facts, labels, taints, readiness or allocatable GPUs re-evaluates
   only the DeepSeekServings whose ``nodeSelector`` matches the node (before or after), debounced
   so a burst of node changes costs one reconcile per object.
 * A child event (readiness, hand edit, deletion) reconciles its owner; the echo of our own
   apply (the very version it returned) does not. So does an event of a StatefulSet our
-  LeaderWorkerSet made (its refused pods surface as ``PodsRefused``).
+  LeaderWorkerSet made (its refused pods surface as ``PodsRefused``; watched, never written).
 * Our LeaderWorkerSet pods come from :class:`PodWatch` (label-selected, per watched namespace or
   cluster-wide; only name, node and readiness kept): a change asks for a *status-only*
   reconcile of their owner (``status.groups``), which never writes a child.
@@ -23,18 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import WRITER_THREADS, KubeClient
+from deepseek_operator.controller.kube import WRITER_THREADS, KubeClient, group_version_prefix
+from deepseek_operator.controller.list_watch import ListWatch
 from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
-from deepseek_operator.controller.node_watch import NodeWatch
+from deepseek_operator.controller.node_watch import node_watch
+from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, PodWatch
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
@@ -72,56 +76,165 @@ BACKOFF_AFTER_ERROR_S = 10.0
 # kopf peering: a peer whose heartbeat is older than this is dead, so a standby operator takes
 # over within about this long after the active one is killed (kopf's default is 60 s).
 PEERING_LIFETIME_S = 8
-CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
-# StatefulSets LeaderWorkerSet makes (leader and per-group workers) carry its name, not our labels.
-LWS_STATEFULSET_LABELS = {LWS_NAME_LABEL: kopf.PRESENT}
+# kopf's last-handled configuration (a copy of the spec) lives in this annotation.
+KOPF_DIFFBASE_KEY = "last-handled-configuration"
+KOPF_DIFFBASE_ANNOTATION = f"{KOPF_ANNOTATION_PREFIX}/{KOPF_DIFFBASE_KEY}"
+# Resume reconciles running at once (a restart resumes every object).
+RESUME_CONCURRENCY = 4
 
 ServingKey = tuple[str, str]  # (namespace, name)
-ChildEntry = tuple[str, str, dict[str, Any]]  # (kind, name, body)
 
 
 def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
     kopf.event(dict(body), type=etype, reason=reason, message=message)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class Indexes:
-    """kopf's in-memory indexes, as the handlers receive them."""
+class Stores:
+    """What the operator knows of DeepSeekServings and their children, kept from watch events.
 
-    servings: kopf.Index[ServingKey, dict[str, Any]]
-    children: tuple[kopf.Index[ServingKey, ChildEntry], ...]
-    statefulsets: kopf.Index[ServingKey, dict[str, Any]] | None = None
+    ``servings``: (namespace, name) → the latest body (kopf's events of DeepSeekServings).
+    ``children``: (namespace, owner) → (kind, name) → the live body (the child watches).
+    """
 
-    @classmethod
-    def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
-        """The indexes among a handler's keyword arguments."""
-        return cls(
-            servings=kwargs["serving_index"],
-            children=(
-                kwargs["deployment_index"],
-                kwargs["leaderworkerset_index"],
-                kwargs["computedomain_index"],
-                kwargs["service_index"],
-            ),
-            statefulsets=kwargs.get("lws_statefulset_index"),
-        )
+    def __init__(self) -> None:
+        self.servings: dict[ServingKey, dict[str, Any]] = {}
+        self.children: dict[ServingKey, dict[ChildKey, dict[str, Any]]] = {}
+        # (namespace, LeaderWorkerSet name) → namespace/name → a StatefulSet it made (reduced)
+        self.statefulsets: dict[ServingKey, dict[str, dict[str, Any]]] = {}
+        # (kind, namespace/name) → its owner, to move or drop an entry whatever its labels say now
+        self._owner_of: dict[tuple[str, str], ServingKey] = {}
 
     def body(self, key: ServingKey) -> Mapping[str, Any] | None:
         """The latest body of a DeepSeekServing (None once deleted)."""
-        bodies = list(self.servings.get(key, []))
-        return bodies[0] if bodies else None
+        return self.servings.get(key)
 
     def lws_statefulsets(self, key: ServingKey) -> list[dict[str, Any]]:
         """The StatefulSets of the LeaderWorkerSet named like ``key`` (read, never written)."""
-        return list(self.statefulsets.get(key, [])) if self.statefulsets is not None else []
+        return list((self.statefulsets.get(key) or {}).values())
+
+    def statefulset_seen(self, key: str, body: dict[str, Any] | None) -> ServingKey | None:
+        """Record a LeaderWorkerSet's StatefulSet (``body`` None: deleted); that LWS's key."""
+        namespace = key.partition("/")[0]
+        owner = ((body or {}).get("metadata") or {}).get("labels", {}).get(LWS_NAME_LABEL)
+        for lws, sets in list(self.statefulsets.items()):  # at most one holds it
+            if key in sets and (body is None or lws != (namespace, owner)):
+                del sets[key]
+                if not sets:
+                    del self.statefulsets[lws]
+                if body is None:
+                    return lws
+        if body is None or not owner:
+            return None
+        lws = (namespace, str(owner))
+        self.statefulsets.setdefault(lws, {})[key] = body
+        return lws
+
+    def statefulsets_listed(self, snapshot: Mapping[str, dict[str, Any]]) -> set[ServingKey]:
+        """Replace every StatefulSet with ``snapshot``; the LeaderWorkerSets whose sets changed."""
+        before = {
+            (lws, key): _rv_text(body)
+            for lws, sets in self.statefulsets.items()
+            for key, body in sets.items()
+        }
+        self.statefulsets = {}
+        for key, body in snapshot.items():
+            self.statefulset_seen(key, body)
+        after = {
+            (lws, key): _rv_text(body)
+            for lws, sets in self.statefulsets.items()
+            for key, body in sets.items()
+        }
+        return {lws for (lws, _key), _rv in set(before.items()) ^ set(after.items())}
 
     def live_children(self, key: ServingKey) -> dict[ChildKey, dict[str, Any]]:
         """The DeepSeekServing's children as the watches last saw them."""
-        live: dict[ChildKey, dict[str, Any]] = {}
-        for index in self.children:
-            for kind, child, body in index.get(key, []):
-                live[(kind, child)] = body
-        return live
+        return dict(self.children.get(key) or {})
+
+    def child_seen(self, kind: str, key: str, body: dict[str, Any] | None) -> ServingKey | None:
+        """Record a child (``body`` None: deleted); its owner (before or after), if any."""
+        namespace, _, name = key.partition("/")
+        before = self._owner_of.pop((kind, key), None)
+        if before is not None:
+            entries = self.children.get(before) or {}
+            entries.pop((kind, name), None)
+            if not entries:
+                self.children.pop(before, None)
+        owner = _owner(body) if body is not None else None
+        if owner is None or body is None:
+            return before
+        after = (namespace, owner)
+        self.children.setdefault(after, {})[(kind, name)] = body
+        self._owner_of[(kind, key)] = after
+        return after
+
+    def children_listed(self, kind: str, snapshot: Mapping[str, dict[str, Any]]) -> set[ServingKey]:
+        """Replace every child of ``kind`` with ``snapshot``; the owners whose children changed."""
+        changed: set[ServingKey] = set()
+        for child_kind, key in [k for k in self._owner_of if k[0] == kind]:
+            if key not in snapshot:
+                owner = self.child_seen(child_kind, key, None)
+                if owner is not None:
+                    changed.add(owner)
+        for key, body in snapshot.items():
+            owner = self._owner_of.get((kind, key))
+            old = (
+                (self.children.get(owner) or {}).get((kind, key.partition("/")[2]))
+                if owner
+                else None
+            )
+            if old is None or _rv_text(old) != _rv_text(body):
+                now = self.child_seen(kind, key, body)
+                changed.update(o for o in (owner, now) if o is not None)
+        return changed
+
+
+def _owner(body: Mapping[str, Any]) -> str | None:
+    owner = ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE)
+    return str(owner) if owner else None
+
+
+def _rv_text(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    """One kind of child the operator creates, and where its objects are listed."""
+
+    kind: str
+    api_version: str
+    plural: str
+    crd: str | None = None  # the add-on CRD that serves it (None: built in)
+
+    def path(self, namespace: str | None) -> str:
+        """The collection in ``namespace`` (None: the whole cluster)."""
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        return f"{group_version_prefix(self.api_version)}{scope}/{self.plural}"
+
+
+CHILD_KINDS = (
+    ChildKind("Deployment", "apps/v1", "deployments"),
+    ChildKind("Service", "v1", "services"),
+    ChildKind(LWS_KIND, LWS_API_VERSION, "leaderworkersets", LWS_CRD),
+    ChildKind(COMPUTE_DOMAIN_KIND, COMPUTE_DOMAIN_API_VERSION, "computedomains", CD_CRD),
+)
+CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+# StatefulSets LeaderWorkerSet makes (leader and per-group workers) carry its name, not our labels.
+LWS_STATEFULSETS = ChildKind("StatefulSet", "apps/v1", "statefulsets")
+
+
+def reduced_statefulset(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A LeaderWorkerSet's StatefulSet, reduced to what pod refusals need."""
+    meta = body.get("metadata") or {}
+    kept_meta = {
+        k: meta.get(k) for k in ("name", "namespace", "uid", "generation", "resourceVersion")
+    }
+    kept_meta["labels"] = {LWS_NAME_LABEL: (meta.get("labels") or {}).get(LWS_NAME_LABEL)}
+    return {
+        "metadata": kept_meta,
+        "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
+        "status": dict(body.get("status") or {}),
+    }
 
 
 class ClusterApiProbe:
@@ -181,52 +294,130 @@ class ClusterApiProbe:
 
 
 class OperatorState:
-    """The operator process's state: API client, reconciler, node tracker and pending reconciles.
+    """The operator process's state: API client, reconciler, stores, watches, pending reconciles.
 
     It is kopf's ``memo``: kopf shallow-copies the memo for every object it handles, so
     :meth:`__copy__` returns the one instance every handler must share.
     """
 
     def __init__(
-        self, compute_domain_enabled: bool = True, namespaces: tuple[str, ...] = ()
+        self,
+        compute_domain_enabled: bool = True,
+        namespaces: Sequence[str] = (),
+        peering: str | None = None,
+        priority: int | None = None,
     ) -> None:
-        self.namespaces = namespaces  # watched namespaces; empty: the whole cluster
-        self.kube = KubeClient()
+        self.namespaces = tuple(namespaces)  # empty: the whole cluster
+        self.peering_name = peering  # None: standalone
+        self.peering = PeeringGate(priority if peering else None)
+        # One kept connection per writer thread plus one per open watch.
+        scopes = max(1, len(self.namespaces))
+        watches = 1 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
+        self.kube = KubeClient(extra_connections=watches)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
         self.reconciler = Reconciler(
             self.kube, post_event=_post_event, apis_of=self.apis.current, apis_fresh=self.apis.fresh
         )
         self.nodes = NodeTracker()
+        self.stores = Stores()
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
-        self.node_watch: NodeWatch | None = None
-        self.pods = PodGroups()
-        self.pod_watches: list[PodWatch] = []
-        self.indexes: Indexes | None = None  # known once the first handler has run
+        self.children_listed = asyncio.Event()  # set once every child watch has listed once
+        self._unlisted: set[str] = set()  # child watches yet to list
+        self.watches: list[ListWatch[Any]] = []
+        self.child_watches: list[tuple[ChildKind, ListWatch[dict[str, Any]]]] = []
         self.pending: dict[ServingKey, asyncio.Task[None]] = {}
         self.full_wanted: set[ServingKey] = set()  # a pending reconcile may write children
+        self.pods = PodGroups()
+        self.pod_watches: list[PodWatch] = []
+        # Resumes (every object, at each start) run a few at a time: a restart with 1,000
+        # DeepSeekServings must not hold back an object created meanwhile.
+        self.resumes = asyncio.Semaphore(RESUME_CONCURRENCY)
 
     def __copy__(self) -> OperatorState:
         return self
 
-    def remember(self, kwargs: Mapping[str, Any]) -> Indexes:
-        """Keep the indexes of a handler call for debounced reconciles that run later."""
-        self.indexes = Indexes.of(kwargs)
-        return self.indexes
-
-    def watch_nodes(self) -> None:
-        """Start listing and watching Nodes (from the running event loop)."""
-        self.node_watch = NodeWatch(
-            self.kube, asyncio.get_running_loop(), self.nodes_seen, self.node_seen
-        )
-        self.node_watch.start()
-
-    def watch_pods(self) -> None:
-        """Start listing and watching our LeaderWorkerSet pods (from the running event loop)."""
+    def start_watches(self) -> None:
+        """Start listing and watching Nodes and our children (from the running event loop)."""
         loop = asyncio.get_running_loop()
+        self.watches.append(node_watch(self.kube, loop, self.nodes_seen, self.node_seen))
+        for child in CHILD_KINDS:
+            for namespace in self.namespaces or (None,):
+                name = f"{child.kind}-watch" + (f"-{namespace}" if namespace else "")
+                self._unlisted.add(name)
+                watch: ListWatch[dict[str, Any]] = ListWatch(
+                    self.kube,
+                    loop,
+                    child.path(namespace),
+                    _kept,
+                    functools.partial(self.children_seen, child.kind, name),
+                    functools.partial(self.child_seen, child.kind),
+                    label_selector=CHILD_SELECTOR,
+                    name=name,
+                )
+                self.watches.append(watch)
+                self.child_watches.append((child, watch))
         for namespace in self.namespaces or (None,):
-            watch = PodWatch(self.kube, loop, namespace, self.pods_listed, self.pod_seen)
-            self.pod_watches.append(watch)
+            name = "StatefulSet-watch" + (f"-{namespace}" if namespace else "")
+            self._unlisted.add(name)
+            self.watches.append(
+                ListWatch(
+                    self.kube,
+                    loop,
+                    LWS_STATEFULSETS.path(namespace),
+                    reduced_statefulset,
+                    functools.partial(self.statefulsets_seen, name),
+                    self.statefulset_seen,
+                    label_selector=LWS_NAME_LABEL,
+                    name=name,
+                )
+            )
+        if self.peering_name:
+            for namespace in self.namespaces or (None,):
+                path = (
+                    f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings"
+                    if namespace
+                    else "/apis/kopf.dev/v1/clusterkopfpeerings"
+                )
+                self.watches.append(
+                    ListWatch(
+                        self.kube,
+                        loop,
+                        path,
+                        lambda obj: obj,
+                        self._peerings_listed,
+                        self._peering_seen,
+                        name="peering-watch",
+                    )
+                )
+        for watch in self.watches:
             watch.start()
+        for namespace in self.namespaces or (None,):
+            pod_watch = PodWatch(self.kube, loop, namespace, self.pods_listed, self.pod_seen)
+            self.pod_watches.append(pod_watch)
+            pod_watch.start()
+
+    def _ours(self, key: str) -> bool:
+        return key.rpartition("/")[2] == self.peering_name
+
+    def _peerings_listed(self, listed: dict[str, dict[str, Any]]) -> None:
+        self.peering.listed_all({k: v for k, v in listed.items() if self._ours(k)})
+
+    def _peering_seen(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        if self._ours(key):
+            self.peering.seen(kind, key, obj)
+
+    def stop_watches(self) -> None:
+        """Close every watch."""
+        for watch in self.watches:
+            watch.stop()
+        for pod_watch in self.pod_watches:
+            pod_watch.stop()
+
+    def crd_installed(self, crd: str) -> None:
+        """An add-on CRD came: its child watches ask for the kind again now."""
+        for child, watch in self.child_watches:
+            if child.crd == crd:
+                watch.poke()
 
     def pods_listed(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> None:
         """A full listing of our LWS pods in ``namespace`` (None: every namespace)."""
@@ -238,10 +429,8 @@ class OperatorState:
 
     def pods_changed(self, owners: set[ServingKey]) -> None:
         """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
-        if self.indexes is None:  # no DeepSeekServing seen yet: its first reconcile reads them
-            return
         for owner in owners:
-            if self.indexes.body(owner) is not None:
+            if self.stores.body(owner) is not None:
                 self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)
 
     def nodes_seen(self, listed: dict[str, NodeFacts]) -> None:
@@ -263,31 +452,86 @@ class OperatorState:
 
     def nodes_changed(self, changes: list[NodeChange]) -> None:
         """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""
-        if not changes or self.indexes is None:  # no DeepSeekServing seen yet
+        if not changes:
             return
-        servings = self.indexes.servings
-        for key in list(servings):
-            for serving in servings.get(key, []):
-                if self.reconciler.is_gone(serving):
-                    continue
-                selector = (serving.get("spec") or {}).get("nodeSelector") or {}
-                if any(change.may_affect(selector) for change in changes):
-                    self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
+        for key, serving in list(self.stores.servings.items()):
+            if self.reconciler.is_gone(serving):
+                continue
+            selector = (serving.get("spec") or {}).get("nodeSelector") or {}
+            if any(change.may_affect(selector) for change in changes):
+                self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
+
+    def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
+        """A full listing of one child kind (at start, or after its watch expired)."""
+        changed = self.stores.children_listed(kind, listed)
+        if self.children_listed.is_set():
+            for owner in changed:
+                self._owner_changed(owner)
+        self._unlisted.discard(watch)
+        if not self._unlisted:
+            self.children_listed.set()
+
+    def child_seen(self, kind: str, type_: str, key: str, body: dict[str, Any]) -> None:
+        """One event of a child: readiness, a hand edit, a deletion: reconcile its owner."""
+        deleted = type_ == "DELETED"
+        namespace, _, name = key.partition("/")
+        if deleted:
+            self.reconciler.child_deleted(namespace, kind, name)
+        owner = self.stores.child_seen(kind, key, None if deleted else body)
+        if owner is None:
+            return
+        if not deleted and self.reconciler.is_own_write(namespace, owner[1], kind, name, body):
+            return  # the watch echoing our own apply
+        self._owner_changed(owner)
+
+    def statefulsets_seen(self, watch: str, listed: dict[str, dict[str, Any]]) -> None:
+        """A full listing of LeaderWorkerSets' StatefulSets."""
+        changed = self.stores.statefulsets_listed(listed)
+        if self.children_listed.is_set():
+            for owner in changed:
+                self._owner_changed(owner)
+        self._unlisted.discard(watch)
+        if not self._unlisted:
+            self.children_listed.set()
+
+    def statefulset_seen(self, type_: str, key: str, body: dict[str, Any]) -> None:
+        """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves,
+        if any (our LeaderWorkerSet is named after it), so pods its controller cannot create
+        surface as ``PodsRefused``."""
+        lws = self.stores.statefulset_seen(key, None if type_ == "DELETED" else body)
+        if lws is not None:
+            self._owner_changed(lws)
+
+    def _owner_changed(self, key: ServingKey) -> None:
+        body = self.stores.body(key)
+        # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
+        if body is not None and not self.reconciler.is_gone(body):
+            self.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
+
+    def serving_seen(self, type_: str | None, body: kopf.Body) -> None:
+        """Keep a DeepSeekServing's latest body; a deleted one ends its work and is forgotten."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        if type_ == "DELETED":
+            self.stores.servings.pop(key, None)
+            self.forget(key, str(meta.get("uid") or ""))
+        else:
+            self.stores.servings[key] = _kept(body)
 
     async def reconcile(
         self, key: ServingKey, trigger: str, status_only: bool = False
     ) -> Outcome | None:
-        """Reconcile ``key`` with whatever the indexes hold once its turn comes."""
-        indexes = self.indexes
-        assert indexes is not None
+        """Reconcile ``key`` with whatever the stores hold once its turn comes."""
         await self.nodes_listed.wait()  # never decide on a partial inventory
+        await self.children_listed.wait()  # nor on a partial view of what exists
+        stores = self.stores
         return await self.reconciler.reconcile(
             key,
-            lambda: indexes.body(key),
+            lambda: stores.body(key),
             self.nodes.inventory,
-            lambda: indexes.live_children(key),
+            lambda: stores.live_children(key),
             trigger,
-            statefulsets_of=lambda: indexes.lws_statefulsets(key),
+            statefulsets_of=lambda: stores.lws_statefulsets(key),
             groups_of=lambda: self.pods.groups(key),
             status_only=status_only,
         )
@@ -307,6 +551,8 @@ class OperatorState:
             self.pending.pop(key, None)
             only_status = key not in self.full_wanted
             self.full_wanted.discard(key)
+            if not self.peering.active():
+                return  # a standby: kopf paused this instance, another one acts
             try:
                 outcome = await self.reconcile(key, trigger=trigger, status_only=only_status)
             except Exception as exc:
@@ -343,7 +589,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=KOPF_ANNOTATION_PREFIX,
-        key="last-handled-configuration",
+        key=KOPF_DIFFBASE_KEY,
         ignored_fields=["status"],
     )
     # Two replicas without their peering object would both act: refuse to run instead.
@@ -356,130 +602,62 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     asyncio.get_running_loop().set_default_executor(
         concurrent.futures.ThreadPoolExecutor(max_workers=WRITER_THREADS, thread_name_prefix="kube")
     )
-    memo.watch_nodes()
-    memo.watch_pods()
+    memo.start_watches()
 
 
 @kopf.on.cleanup()
-async def stop_watching_nodes(memo: OperatorState, **_: Any) -> None:
-    """Close the Node and pod watches."""
-    if memo.node_watch is not None:
-        memo.node_watch.stop()
-    for watch in memo.pod_watches:
-        watch.stop()
+async def stop_watching(memo: OperatorState, **_: Any) -> None:
+    """Close the Node and child watches."""
+    memo.stop_watches()
 
 
-# --- indexes ------------------------------------------------------------------------------------
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-def serving_index(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[ServingKey, dict[str, Any]]:
-    """(namespace, name) → the latest DeepSeekServing body."""
-    return {(str(namespace), name): _kept(body)}
-
-
-def _kept(body: kopf.Body) -> dict[str, Any]:
-    """``body`` as an index keeps it: without ``metadata.managedFields``, which nothing here reads
-    and which, for server-side-applied objects, is about as large as the object itself
-    (1,000 DeepSeekServings: their Deployments, Services and bodies held twice over)."""
+def _kept(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` as the stores keep it: without ``metadata.managedFields``, which nothing here
+    reads and which, for server-side-applied objects, is about as large as the object itself
+    (1,000 DeepSeekServings: their Deployments, Services and bodies held twice over), and
+    without kopf's last-handled configuration (a second copy of a DeepSeekServing's spec)."""
     kept = dict(body)
     meta = kept.get("metadata")
-    if isinstance(meta, Mapping) and "managedFields" in meta:
-        kept["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if isinstance(meta, Mapping):
+        annotations = meta.get("annotations") or {}
+        if "managedFields" in meta or KOPF_DIFFBASE_ANNOTATION in annotations:
+            meta = {k: v for k, v in meta.items() if k != "managedFields"}
+            if KOPF_DIFFBASE_ANNOTATION in annotations:
+                meta["annotations"] = {
+                    k: v for k, v in annotations.items() if k != KOPF_DIFFBASE_ANNOTATION
+                }
+            kept["metadata"] = meta
     return kept
-
-
-def _child_entry(namespace: str | None, name: str, body: kopf.Body) -> dict[ServingKey, ChildEntry]:
-    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL_INSTANCE)
-    if not owner:
-        return {}
-    return {(str(namespace), owner): (str(body.get("kind")), name, _kept(body))}
-
-
-@kopf.index("apps", "v1", "deployments", labels=CHILD_LABELS)
-def deployment_index(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[ServingKey, ChildEntry]:
-    """(namespace, owner) → our Deployments."""
-    return _child_entry(namespace, name, body)
-
-
-@kopf.index(LWS_GROUP, LWS_VERSION, "leaderworkersets", labels=CHILD_LABELS)
-def leaderworkerset_index(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[ServingKey, ChildEntry]:
-    """(namespace, owner) → our LeaderWorkerSets (kopf waits for the CRD if it is absent)."""
-    return _child_entry(namespace, name, body)
-
-
-@kopf.index(CD_GROUP, CD_VERSION, "computedomains", labels=CHILD_LABELS)
-def computedomain_index(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[ServingKey, ChildEntry]:
-    """(namespace, owner) → our ComputeDomains (kopf waits for the CRD if it is absent)."""
-    return _child_entry(namespace, name, body)
-
-
-@kopf.index("", "v1", "services", labels=CHILD_LABELS)
-def service_index(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[ServingKey, ChildEntry]:
-    """(namespace, owner) → our Services."""
-    return _child_entry(namespace, name, body)
-
-
-@kopf.index("apps", "v1", "statefulsets", labels=LWS_STATEFULSET_LABELS)
-def lws_statefulset_index(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[ServingKey, dict[str, Any]]:
-    """(namespace, LeaderWorkerSet name) → its StatefulSets, reduced to what pod refusals need.
-
-    Our LeaderWorkerSet is named after its DeepSeekServing; the reconciler reads these only when
-    that LeaderWorkerSet is ours.
-    """
-    meta = body.get("metadata") or {}
-    owner = (meta.get("labels") or {}).get(LWS_NAME_LABEL)
-    if not owner:
-        return {}
-    kept_meta = {k: meta.get(k) for k in ("name", "uid", "generation", "resourceVersion")}
-    replicas = (body.get("spec") or {}).get("replicas")
-    return {
-        (str(namespace), str(owner)): {
-            "metadata": kept_meta,
-            "spec": {"replicas": replicas},
-            "status": dict(body.get("status") or {}),
-        }
-    }
 
 
 # --- DeepSeekServing ----------------------------------------------------------------------------
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-async def reconcile_serving(
-    body: kopf.Body, reason: str, memo: OperatorState, **kwargs: Any
-) -> None:
-    """Create, update and resume: decide, apply children, write status."""
-    memo.remember(kwargs)
+async def reconcile_serving(body: kopf.Body, reason: str, memo: OperatorState, **_: Any) -> None:
+    """Create and update: decide, write status, apply children."""
     meta = body.get("metadata") or {}
+    await _reconcile_now(memo, (str(meta.get("namespace")), str(meta.get("name"))), str(reason))
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+async def resume_serving(body: kopf.Body, memo: OperatorState, **_: Any) -> None:
+    """Resume (each object at start-up): the same reconcile, a few at a time."""
+    meta = body.get("metadata") or {}
+    async with memo.resumes:
+        await _reconcile_now(memo, (str(meta.get("namespace")), str(meta.get("name"))), "resume")
+
+
+async def _reconcile_now(memo: OperatorState, key: ServingKey, trigger: str) -> None:
     try:
-        outcome = await memo.reconcile(
-            (str(meta.get("namespace")), str(meta.get("name"))), str(reason)
-        )
+        outcome = await memo.reconcile(key, trigger)
     except Exception as exc:
         raise kopf.TemporaryError(
             f"Reconcile failed: {type(exc).__name__}: {exc}", delay=BACKOFF_AFTER_ERROR_S
         ) from None
     if outcome is not None and outcome.recheck_after is not None and outcome.retry_after is None:
-        memo.schedule(
-            (str(meta.get("namespace")), str(meta.get("name"))),
-            outcome.recheck_after,
-            trigger="recheck",
-        )
+        memo.schedule(key, outcome.recheck_after, trigger="recheck")
     if outcome is not None and outcome.retry_after is not None:
         # The API server refused a child: retry with capped exponential backoff.
         raise kopf.TemporaryError(
@@ -489,11 +667,9 @@ async def reconcile_serving(
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def serving_event(type: str, body: kopf.Body, memo: OperatorState, **_: Any) -> None:
-    """A deleted DeepSeekServing: end its work now and forget it (no zombie reconciles)."""
-    if type == "DELETED":
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
-        memo.forget(key, str(meta.get("uid") or ""))
+    """Every event of a DeepSeekServing (kopf runs these before create/update/resume handlers):
+    keep its latest body; a deleted one ends its work now (no zombie reconciles)."""
+    memo.serving_seen(type, body)
 
 
 # --- add-on CRDs (LeaderWorkerSet, ComputeDomain) ------------------------------------------------
@@ -501,61 +677,15 @@ async def serving_event(type: str, body: kopf.Body, memo: OperatorState, **_: An
 
 @kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 async def addon_crd_changed(
-    name: str, type: str, body: kopf.Body, memo: OperatorState, **kwargs: Any
+    name: str, type: str, body: kopf.Body, memo: OperatorState, **_: Any
 ) -> None:
     """LeaderWorkerSet or ComputeDomain installed, established or removed: decide again."""
     if name not in ADDON_CRDS:
         return
     memo.apis.crd_seen(name, None if type == "DELETED" else body)
+    if type != "DELETED":
+        memo.crd_installed(name)
     if type is None:  # the initial listing: resume reconciles every DeepSeekServing anyway
         return
-    indexes = memo.remember(kwargs)
-    for key in list(indexes.servings):
+    for key in list(memo.stores.servings):
         memo.schedule(key, delay=NODE_DEBOUNCE_S, trigger="crd")
-
-
-# --- children -----------------------------------------------------------------------------------
-
-
-@kopf.on.event("apps", "v1", "statefulsets", labels=LWS_STATEFULSET_LABELS)
-async def lws_statefulset_changed(
-    namespace: str | None, type: str, body: kopf.Body, memo: OperatorState, **kwargs: Any
-) -> None:
-    """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves, if
-    any, so pods its controller cannot create surface as ``PodsRefused``."""
-    if type is None:  # the initial listing is covered by resume
-        return
-    indexes = memo.remember(kwargs)
-    owner = ((body.get("metadata") or {}).get("labels") or {}).get(LWS_NAME_LABEL)
-    key = (str(namespace), str(owner))
-    body_of_owner = indexes.body(key)
-    if body_of_owner is not None and not memo.reconciler.is_gone(body_of_owner):
-        memo.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
-
-
-@kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
-@kopf.on.event(LWS_GROUP, LWS_VERSION, "leaderworkersets", labels=CHILD_LABELS)
-@kopf.on.event(CD_GROUP, CD_VERSION, "computedomains", labels=CHILD_LABELS)
-@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
-async def child_changed(
-    namespace: str | None, type: str, body: kopf.Body, memo: OperatorState, **kwargs: Any
-) -> None:
-    """Readiness changes, hand edits and deletions of our children: reconcile their owner."""
-    if type is None:  # the initial listing is covered by resume
-        return
-    indexes = memo.remember(kwargs)
-    meta = body.get("metadata") or {}
-    if type == "DELETED":
-        memo.reconciler.child_deleted(str(namespace), str(body.get("kind")), str(meta.get("name")))
-    owner = (meta.get("labels") or {}).get(LABEL_INSTANCE)
-    if not owner:
-        return
-    key = (str(namespace), owner)
-    if type != "DELETED" and memo.reconciler.is_own_write(
-        key[0], owner, str(body.get("kind")), str(meta.get("name")), body
-    ):
-        return  # the watch echoing our own apply
-    body_of_owner = indexes.body(key)
-    # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
-    if body_of_owner is not None and not memo.reconciler.is_gone(body_of_owner):
-        memo.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")

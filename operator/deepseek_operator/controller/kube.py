@@ -20,9 +20,8 @@ from deepseek_operator.controller import metrics
 from deepseek_operator.errors import DeepSeekOperatorError
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
-# Worker threads writing concurrently (handlers.configure sizes the executor) plus the node watch.
+# Worker threads writing concurrently (handlers.configure sizes the executor).
 WRITER_THREADS = 32
-POOL_SIZE = WRITER_THREADS + 2
 
 
 class KubeError(DeepSeekOperatorError):
@@ -76,7 +75,10 @@ def group_version_prefix(api_version: str) -> str:
 class KubeClient:
     """A thread-safe holder of one ``kubernetes.client.ApiClient``, the resource table and our calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_connections: int = 1) -> None:
+        # One kept-alive connection per worker thread plus ``extra_connections`` (the watches,
+        # each holding one for as long as it streams).
+        self.pool_size = WRITER_THREADS + 1 + extra_connections
         self._api: Any = None
         self._lock = threading.Lock()
         self._resources: dict[tuple[str, str], Resource] = {}
@@ -93,7 +95,7 @@ class KubeClient:
                 configuration = client.Configuration.get_default_copy()
                 # One kept-alive connection per worker thread (the default, 5 per core, made a
                 # burst discard connections and pay a TLS handshake per request).
-                configuration.connection_pool_maxsize = POOL_SIZE
+                configuration.connection_pool_maxsize = self.pool_size
                 self._api = client.ApiClient(configuration)
             return self._api
 

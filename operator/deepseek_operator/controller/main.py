@@ -71,7 +71,10 @@ def run_operator(args: argparse.Namespace) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         memo=OperatorState(
-            compute_domain_enabled=args.compute_domain, namespaces=tuple(args.namespace)
+            compute_domain_enabled=args.compute_domain,
+            namespaces=args.namespace,
+            peering=None if args.standalone else args.peering,
+            priority=priority,
         ),
     )
     return 0

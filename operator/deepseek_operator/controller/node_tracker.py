@@ -10,6 +10,7 @@ when a reconcile asks for it (``inventory_builds`` counts them, for the regressi
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,8 +22,16 @@ IGNORED_NODE_LABELS = (GFD_TIMESTAMP,)
 
 
 def fingerprint(facts: NodeFacts) -> NodeFacts:
-    """``facts`` without the labels that change on every pass, so equal facts compare equal."""
-    labels = {k: v for k, v in facts.labels.items() if k not in IGNORED_NODE_LABELS}
+    """``facts`` without the labels that change on every pass, so equal facts compare equal.
+
+    Label keys and values are interned: 10,000 Nodes repeat the same few hundred strings
+    (keys, products, pools), and one copy of each is what a fleet-sized index can afford.
+    """
+    labels = {
+        sys.intern(k): sys.intern(v)
+        for k, v in facts.labels.items()
+        if k not in IGNORED_NODE_LABELS
+    }
     return dataclasses.replace(facts, labels=labels)
 
 

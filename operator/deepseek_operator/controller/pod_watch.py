@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.controller.node_watch import (
+from deepseek_operator.controller.list_watch import (
     PAGE_SIZE,
     RETRY_DELAYS_S,
     WATCH_TIMEOUT_S,

@@ -39,7 +39,7 @@ MEMO_LIMIT = 4096  # entries per inventory (distinct specs); beyond it the memo 
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeFacts:
     """What the operator knows about one node's GPUs."""
 
