@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import logging
 import time
@@ -329,6 +330,10 @@ class OperatorState:
         self.full_wanted: set[ServingKey] = set()  # a pending reconcile may write children
         self.pods = PodGroups()
         self.pod_watches: list[PodWatch] = []
+        # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
+        # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
+        # in it, or posting their Events would fail.
+        self.kopf_context: contextvars.Context | None = None
         # Resumes (every object, at each start) run a few at a time: a restart with 1,000
         # DeepSeekServings must not hold back an object created meanwhile.
         self.resumes = asyncio.Semaphore(RESUME_CONCURRENCY)
@@ -510,6 +515,8 @@ class OperatorState:
 
     def serving_seen(self, type_: str | None, body: kopf.Body) -> None:
         """Keep a DeepSeekServing's latest body; a deleted one ends its work and is forgotten."""
+        if self.kopf_context is None:
+            self.kopf_context = contextvars.copy_context()
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace")), str(meta.get("name")))
         if type_ == "DELETED":
@@ -570,7 +577,8 @@ class OperatorState:
             elif outcome is not None and outcome.recheck_after is not None:
                 self.schedule(key, outcome.recheck_after, trigger="recheck")
 
-        self.pending[key] = asyncio.create_task(later())
+        context = self.kopf_context.copy() if self.kopf_context is not None else None
+        self.pending[key] = asyncio.create_task(later(), context=context)
 
     def forget(self, key: ServingKey, uid: str) -> None:
         """``key`` was deleted: cancel its pending reconcile and drop what we know about it."""
