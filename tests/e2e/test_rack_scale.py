@@ -163,6 +163,19 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
         assert (result["pool"], result["device"]) == (node_of[pod], "channel-0")
     domain = cp.kubectl_json("get", "computedomain", f"{NAME}-imex", "-n", namespace)
     assert domain["metadata"]["ownerReferences"][0]["kind"] == "DeepSeekServing"
+    # One ComputeDomain per DeepSeekServing (README, "Rack scale"): the two groups sit in two
+    # cliques, and every pod's channel claim, in both, comes from that one domain.
+    listed = cp.kubectl_json("get", "computedomains", "-n", namespace)["items"]
+    assert [d["metadata"]["uid"] for d in listed] == [domain["metadata"]["uid"]]
+    domains = {
+        c["spec"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"] for c in claims
+    }
+    assert domains == {domain["metadata"]["uid"]}
+    cliques_of_claims = _group_cliques(
+        cp, [p for p in pods if p["metadata"]["name"] in {c["status"]["reservedFor"][0]["name"]
+                                                          for c in claims}]
+    )  # fmt: skip
+    assert sorted(cliques_of_claims.values()) == sorted([RACK_A.key, RACK_B.key])
 
     wait_for(
         lambda: _condition(cp, namespace, "Ready").get("status") == "True",
