@@ -352,3 +352,44 @@ def test_pods_a_leaderworkerset_cannot_create_surface_as_pods_refused(
         for c in (lws.get("status") or {}).get("conditions", [])
     ), "LWS itself says nothing about the refusal"
     assert _condition(cp, namespace, "WorkloadApplied").get("status") != "False"
+
+
+def test_a_statefulset_the_leaderworkerset_cannot_create_surfaces_as_pods_refused(
+    lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
+) -> None:
+    # A quota of zero StatefulSets: the LWS controller cannot create its leader StatefulSet.
+    # It records that only as a FailedCreate Event on the LeaderWorkerSet (no StatefulSet, no
+    # pod, nothing in its status); the DeepSeekServing must say it, in the controller's words.
+    cp = lws_cluster
+    cp.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-statefulsets", "namespace": namespace},
+            "spec": {"hard": {"count/statefulsets.apps": "0"}},
+        }
+    )
+    cp.apply(_serving(namespace))
+
+    def refused() -> dict[str, Any] | None:
+        cond = _condition(cp, namespace, "Ready")
+        return cond if cond.get("reason") == "PodsRefused" else None
+
+    cond = wait_for(refused, timeout=120, what="Ready=False PodsRefused")
+    assert cond["status"] == "False"
+    message = cond["message"]
+    assert (
+        f"LeaderWorkerSet/{NAME}: FailedCreate: Failed to create leader statefulset {NAME}: "
+        in (message)
+    ), message
+    assert "exceeded quota: no-statefulsets" in message, message
+    assert not cp.kubectl_json("get", "statefulsets", "-n", namespace)["items"]
+    assert _condition(cp, namespace, "WorkloadApplied").get("status") != "False"
+
+    # The quota lifted: the LWS controller creates its StatefulSets and the reason goes away.
+    cp.kubectl("delete", "resourcequota", "no-statefulsets", "-n", namespace)
+    wait_for(
+        lambda: _condition(cp, namespace, "Ready").get("reason") != "PodsRefused",
+        timeout=180,
+        what="PodsRefused cleared once the StatefulSets exist",
+    )

@@ -275,21 +275,26 @@ class KubeClient:
         """Raise :class:`OwnerGone` unless the DeepSeekServing ``uid`` still lives (one GET)."""
         await asyncio.to_thread(self._check_owner, namespace, name, uid)
 
-    def _failed_create(self, namespace: str, uid: str) -> str | None:
+    def _failed_create(self, namespace: str, uid: str) -> list[str]:
         # The StatefulSet controller reports a refused pod only as a core/v1 Event on the
         # StatefulSet (reason FailedCreate, repeated as a count); its status has no condition.
+        # The LeaderWorkerSet controller records its own (events.k8s.io, read here as core/v1).
         path = f"/api/v1/namespaces/{namespace}/events"
         selector = f"involvedObject.uid={uid},reason=FailedCreate"
         listed = self._call("GET", path, None, "application/json", [("fieldSelector", selector)])
         events = (listed or {}).get("items") or []
-        if not events:
-            return None
 
         def when(event: dict[str, Any]) -> str:
-            return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+            series = event.get("series") or {}
+            return str(
+                series.get("lastObservedTime")
+                or event.get("lastTimestamp")
+                or event.get("eventTime")
+                or ""
+            )
 
-        return str(max(events, key=when).get("message") or "")
+        return [str(e.get("message") or "") for e in sorted(events, key=when, reverse=True)]
 
-    async def failed_create(self, namespace: str, uid: str) -> str | None:
-        """The newest ``FailedCreate`` Event message on the object ``uid`` (one LIST), or None."""
+    async def failed_create(self, namespace: str, uid: str) -> list[str]:
+        """The ``FailedCreate`` Event messages on the object ``uid``, newest first (one LIST)."""
         return await asyncio.to_thread(self._failed_create, namespace, uid)

@@ -1,4 +1,5 @@
-"""Why a LeaderWorkerSet's StatefulSets cannot create pods, in their controller's words.
+"""Why a LeaderWorkerSet cannot create its StatefulSets, or they their pods, in their
+controllers' words.
 
 A Deployment copies a refused pod into its status (``ReplicaFailure``); LeaderWorkerSet does not:
 its leader StatefulSet (named after it) and the per-group worker StatefulSets (``<name>-<group>``)
@@ -7,16 +8,26 @@ report a refused pod (Pod Security admission, a ResourceQuota, a webhook) only a
 for a StatefulSet that has fewer pods than it wants, the reconciler reads that Event: one LIST
 per StatefulSet and resourceVersion (a StatefulSet whose pods are refused does not change while
 its controller retries), re-read a few times while no Event has appeared yet.
+
+One level up, the LeaderWorkerSet controller itself may fail to create a StatefulSet (a
+ResourceQuota on ``count/statefulsets.apps``, an admission webhook): it then records a Warning
+``FailedCreate`` Event on the LeaderWorkerSet ("Failed to create leader statefulset <name>: ..."
+or "Failed to create worker statefulset for leader pod <pod>: ...", LWS v0.9.0
+``leaderworkerset_controller.go`` / ``pod_controller.go``) and its status does not change. So
+while a StatefulSet it should have made is absent, the newest such Event about an absent one is
+read the same way (keyed by the LeaderWorkerSet's resourceVersion and the StatefulSets present).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.names import LWS_KIND
 
 log = logging.getLogger("deepseek_operator.controller")
 
@@ -39,6 +50,41 @@ def missing_pods(statefulset: Mapping[str, Any]) -> int:
     return max(0, wanted - int(status.get("replicas") or 0))
 
 
+# What the LeaderWorkerSet controller's FailedCreate Events say it failed to create (LWS v0.9.0):
+# the leader StatefulSet (named after the LeaderWorkerSet) or a group's worker StatefulSet (named
+# after its leader pod).
+_LEADER_FAILED = re.compile(r"^Failed to create leader statefulset (\S+): ")
+_WORKER_FAILED = re.compile(r"^Failed to create worker statefulset for leader pod (\S+): ")
+
+
+def absent_statefulsets(
+    leaderworkerset: Mapping[str, Any], statefulsets: Iterable[Mapping[str, Any]]
+) -> set[str]:
+    """The StatefulSets the LeaderWorkerSet controller should have made but that do not exist:
+    its leader StatefulSet, and (groups of more than one pod) a worker StatefulSet per leader pod
+    the leader StatefulSet has created (``<name>-<group>``)."""
+    name = str((leaderworkerset.get("metadata") or {}).get("name") or "")
+    present = {
+        str((s.get("metadata") or {}).get("name")): s for s in statefulsets if s.get("metadata")
+    }
+    leader = present.get(name)
+    if leader is None:
+        return {name} if name else set()
+    template = (leaderworkerset.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    if int(template.get("size") or 1) <= 1:
+        return set()
+    leaders = int((leader.get("status") or {}).get("replicas") or 0)
+    return {f"{name}-{group}" for group in range(leaders)} - set(present)
+
+
+def _failed_target(message: str) -> str | None:
+    """The StatefulSet a LeaderWorkerSet FailedCreate message is about (None: something else)."""
+    for pattern in (_LEADER_FAILED, _WORKER_FAILED):
+        if match := pattern.match(message):
+            return match.group(1)
+    return None
+
+
 class StatefulSetRefusals:
     """Reads (and remembers) the FailedCreate Events of StatefulSets that miss pods."""
 
@@ -49,41 +95,70 @@ class StatefulSetRefusals:
         self._last_read: dict[str, float] = {}
 
     async def read(
-        self, namespace: str, statefulsets: Iterable[Mapping[str, Any]]
+        self,
+        namespace: str,
+        statefulsets: Iterable[Mapping[str, Any]],
+        leaderworkerset: Mapping[str, Any] | None = None,
     ) -> tuple[tuple[str, ...], float | None]:
-        """``("StatefulSet/<name>: FailedCreate: <message>", ...)`` and, when a StatefulSet misses
-        pods without an Event yet, the seconds after which to look again (else None)."""
+        """``("LeaderWorkerSet/<name>: FailedCreate: <message>", "StatefulSet/<name>:
+        FailedCreate: <message>", ...)`` and, when a StatefulSet (or a pod) is missing without
+        an Event yet, the seconds after which to look again (else None)."""
+        statefulsets = list(statefulsets)
         refusals: list[str] = []
         recheck: float | None = None
+        if leaderworkerset is not None:
+            meta = leaderworkerset.get("metadata") or {}
+            absent = absent_statefulsets(leaderworkerset, statefulsets)
+            present = sorted(str((s.get("metadata") or {}).get("name")) for s in statefulsets)
+            version = f"{meta.get('resourceVersion')}/{','.join(present)}"
+            message, again = await self._cached(
+                namespace, str(meta.get("uid") or ""), version, bool(absent), absent
+            )
+            if message:
+                refusals.append(f"{LWS_KIND}/{meta.get('name')}: FailedCreate: {message}")
+            recheck = recheck if again is None else again
         for sts in sorted(statefulsets, key=lambda s: str((s.get("metadata") or {}).get("name"))):
             meta = sts.get("metadata") or {}
-            uid, name = str(meta.get("uid") or ""), str(meta.get("name") or "")
-            if not uid or not missing_pods(sts):
-                self._seen.pop(uid, None)
-                self._last_read.pop(uid, None)
-                continue
             version = str(meta.get("resourceVersion") or "")
-            seen_version, reads, message = self._seen.get(uid, ("", 0, None))
-            if seen_version != version:
-                reads, message = 0, None
-            due = time.monotonic() - self._last_read.get(uid, 0.0) >= RECHECK_S
-            if message is None and reads < RECHECKS and (reads == 0 or due):
-                message = await self._read(namespace, uid)
-                reads += 1
-                self._last_read[uid] = time.monotonic()
-            if len(self._seen) >= CACHE_LIMIT:
-                self._seen.clear()
-                self._last_read.clear()
-            self._seen[uid] = (version, reads, message)
+            message, again = await self._cached(
+                namespace, str(meta.get("uid") or ""), version, bool(missing_pods(sts)), None
+            )
             if message:
-                refusals.append(f"StatefulSet/{name}: FailedCreate: {message}")
-            elif reads < RECHECKS:
-                recheck = RECHECK_S
+                refusals.append(f"StatefulSet/{meta.get('name')}: FailedCreate: {message}")
+            recheck = recheck if again is None else again
         return tuple(refusals), recheck
 
-    async def _read(self, namespace: str, uid: str) -> str | None:
+    async def _cached(
+        self, namespace: str, uid: str, version: str, missing: bool, targets: set[str] | None
+    ) -> tuple[str | None, float | None]:
+        """The FailedCreate message of the object ``uid`` while it misses something (read once
+        per ``version``, re-read a few times while there is none), and the recheck delay."""
+        if not uid or not missing:
+            self._seen.pop(uid, None)
+            self._last_read.pop(uid, None)
+            return None, None
+        seen_version, reads, message = self._seen.get(uid, ("", 0, None))
+        if seen_version != version:
+            reads, message = 0, None
+        due = time.monotonic() - self._last_read.get(uid, 0.0) >= RECHECK_S
+        if message is None and reads < RECHECKS and (reads == 0 or due):
+            message = await self._read(namespace, uid, targets)
+            reads += 1
+            self._last_read[uid] = time.monotonic()
+        if len(self._seen) >= CACHE_LIMIT:
+            self._seen.clear()
+            self._last_read.clear()
+        self._seen[uid] = (version, reads, message)
+        if message:
+            return message, None
+        return None, (RECHECK_S if reads < RECHECKS else None)
+
+    async def _read(self, namespace: str, uid: str, targets: set[str] | None) -> str | None:
+        """The newest FailedCreate message on ``uid``; with ``targets`` (a LeaderWorkerSet), the
+        newest one about a StatefulSet in ``targets`` (an Event about one that exists by now is
+        history, not a reason)."""
         try:
-            return await self.kube.failed_create(namespace, uid)
+            messages = await self.kube.failed_create(namespace, uid)
         except Exception as exc:
             # Not worth failing the reconcile over (e.g. no right to list Events): one line.
             log.warning(
@@ -93,3 +168,7 @@ class StatefulSetRefusals:
                 extra={"namespace": namespace},
             )
             return None
+        for message in messages:
+            if targets is None or _failed_target(message) in targets:
+                return message
+        return None

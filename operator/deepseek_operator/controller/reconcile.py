@@ -23,7 +23,7 @@ from typing import Any
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient, OwnerGone, refusal
-from deepseek_operator.controller.pod_refusals import StatefulSetRefusals
+from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
@@ -64,7 +64,8 @@ class Outcome:
     resolution: Resolution | None = None
     refused: list[str] = field(default_factory=list)  # "Kind/name: <the API server's words>"
     retry_after: float | None = None  # seconds; set while the API server refuses a child
-    # seconds; set while a LeaderWorkerSet's StatefulSet misses pods and no Event says why yet
+    # seconds; set while a LeaderWorkerSet misses a StatefulSet, or one of its StatefulSets misses
+    # pods, and no Event says why yet (or just after a write of the LeaderWorkerSet)
     recheck_after: float | None = None
 
 
@@ -304,9 +305,10 @@ class Reconciler:
         obj = self._parse(body)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
-        if (LWS_KIND, obj.name) in live:  # our LeaderWorkerSet: its StatefulSets are its own
+        leaderworkerset = live.get((LWS_KIND, obj.name))
+        if leaderworkerset is not None:  # ours: it and its StatefulSets report their refusals
             pod_refusals, recheck = await self.statefulset_refusals.read(
-                obj.namespace, statefulsets
+                obj.namespace, statefulsets, leaderworkerset
             )
         observed = Observed.from_body(body, live, pod_refusals, groups)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
@@ -326,6 +328,10 @@ class Reconciler:
             if current is None or not contains(current, manifest):
                 writes.append(functools.partial(self._apply, obj, manifest, outcome))
                 outcome.applied.append(f"{key[0]}/{key[1]}")
+                if key == (LWS_KIND, obj.name):
+                    # Its controller may fail to create a StatefulSet for what we just wrote and
+                    # say so only in an Event, changing nothing we watch: look again.
+                    outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
         for (kind, child), child_body in live.items():
             if (kind, child) not in desired_keys and not status_only:
                 api_version = str(child_body.get("apiVersion") or "")
