@@ -1,7 +1,8 @@
 """`make conformance`: our engine and renderer against each supported vLLM release's own code.
 
 Runs in the operator's virtualenv. For each release it generates a matrix of DeepSeekServings
-(models × backends × parallel layouts × engine flags, plus the README's examples), renders each
+(models × backends × parallel layouts × engine flags, EPLB redundant experts set through
+extraArgs, plus the README's examples), renders each
 one's `vllm serve` argv with OUR renderer, and asks the release's oracle (conformance/oracle.py,
 run with the release's virtualenv python in ONE process) about every argv on GPUs of compute
 capability 8.0, 9.0, 10.0, 10.3 and 12.0. It then compares:
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from deepseek_operator.api import spec as spec_module
+from deepseek_operator.api.eplb import redundant_experts
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.rules import SPEC_RULES
 from deepseek_operator.api.spec import DeepSeekServingSpec
@@ -123,7 +125,13 @@ VLLM_RULES: tuple[tuple[str, str], ...] = (
     (r"must be divisible by ep_size|multiples of 128", "Dimensions"),
     (r"requires SM100|compute capability|current device", "GPUArchitecture"),
     (r"only supported for DeepSeek-V4", "FlashInferArchitecture"),
-    (r"EPLB", "FlashInferEPLB"),
+    (r"EPLB is not supported with moe_backend|does not support[^.]*\bEPLB\b", "FlashInferEPLB"),
+    (r"but EPLB is not enabled|must be True to use EPLB|EPLB requires tensor", "EPLBSettings"),
+    (
+        r"even distribution of experts|must be divisible by tp_size|"
+        r"Redundant experts are only supported with EPLB",
+        "FusedMoEExperts",
+    ),
     (r"dual batch overlap", "FlashInferMicrobatching"),
     (r"PCP currently requires", "ContextParallel"),
     (r"all2all", "All2All"),
@@ -220,6 +228,59 @@ def generated_cases() -> Iterator[Case]:
         ident += (f"/pcp{pcp}" if pcp > 1 else "") + (f"/dcp{dcp}" if dcp > 1 else "")
         ident += ("/eplb" if eplb else "") + (f"/{executor}" if executor != "mp" else "")
         ident += f"/{flags}" if flags else ""
+        yield Case(ident, raw)
+
+
+# EPLB redundant experts set through extraArgs (api/eplb.py), in the spellings a spec may use, and
+# the parser's precedence: a later --eplb-config replaces the whole config, dotted keys win.
+REDUNDANT_SPELLINGS: dict[str, list[str]] = {
+    "": [],
+    "dotted2": ["--eplb-config.num_redundant_experts=2"],
+    "json4": ['--eplb-config={"num_redundant_experts": 4, "window_size": 100}'],
+    "next8": ["--eplb-config", '{"window_size": 100, "num_redundant_experts": 8}'],
+    "replaced": ['--eplb-config={"num_redundant_experts": 3}', '--eplb-config={"window_size": 9}'],
+    "dotted-wins": ["--eplb-config.num_redundant_experts=4", '--eplb_config={"window_size": 9}'],
+    "dotted-resets": ["--eplb-config", '{"num_redundant_experts": 8}', "--eplb-config.use_async=0"],
+}
+# (TP, DP, EP, EPLB): EP groups of 4, 3 and 8 GPUs; EPLB off; EPLB without EP; EPLB on one GPU.
+REDUNDANT_LAYOUTS: tuple[tuple[int, int, bool, bool], ...] = (
+    (4, 1, True, True),
+    (3, 1, True, True),
+    (4, 2, True, True),
+    (4, 1, True, False),
+    (4, 1, False, True),
+    (1, 1, True, True),
+)
+
+
+def redundant_expert_cases() -> Iterator[Case]:
+    """Models x backends x EPLB layouts x redundant-expert spellings (speculative decoding on V4.1,
+    whose DSpark draft layers divide their own experts)."""
+    for model, backend, (tp, dp, ep, eplb), (spelling, extra) in itertools.product(
+        MODELS, BACKENDS, REDUNDANT_LAYOUTS, REDUNDANT_SPELLINGS.items()
+    ):
+        engine: dict[str, Any] = {"extraArgs": extra}
+        if model.endswith("V4.1-Flash") and spelling in ("", "json4"):
+            engine["speculativeConfig"] = {"method": "mtp", "num_speculative_tokens": 2}
+        raw = {
+            "model": {"name": model},
+            "image": "vllm/vllm-openai:latest",
+            "moeBackend": backend,
+            "parallelism": {
+                "tensorParallelSize": tp,
+                "dataParallelSize": dp,
+                "expertParallel": ep,
+                "enableEplb": eplb,
+            },
+            "engine": engine,
+        }
+        short = model.rsplit("/", 1)[-1]
+        ident = (
+            f"{short}/{backend}/tp{tp}dp{dp}" + ("/ep" if ep else "") + ("/eplb" if eplb else "")
+        )
+        ident += f"/redundant:{spelling or 'none'}" + (
+            "/spec" if "speculativeConfig" in engine else ""
+        )
         yield Case(ident, raw)
 
 
@@ -380,6 +441,7 @@ def parsed_mismatches(
         "decode_context_parallel_size": p.decode_context_parallel_size,
         "enable_expert_parallel": p.expert_parallel,
         "enable_eplb": p.enable_eplb,
+        "num_redundant_experts": redundant_experts(spec.engine.extra_args),
         "headless": index > 0,
         "speculative_config": spec.engine.speculative_config,
         "enable_dbo": spec.engine.enable_dbo,
@@ -603,7 +665,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         if release not in supported_releases():
             print(f"error: vLLM {release} is not supported ({', '.join(supported_releases())})")
             return 2
-    cases = list(example_cases()) + list(generated_cases())
+    cases = list(example_cases()) + list(generated_cases()) + list(redundant_expert_cases())
     failed = False
     for release in releases:
         report = check_release(release, cases)

@@ -407,6 +407,102 @@ def moe_constructor(
         )
 
 
+def fused_moe_experts(
+    module: types.ModuleType, config: SimpleNamespace, layer: int = 3
+) -> dict[str, str] | None:
+    """The FusedMoE expert set-up of a layer that does not take the MegaMoE path:
+    `DeepseekV4MoE._init_fused_moe_experts` (0.30.0: the physical experts divide by TP) and
+    `FusedMoEFactory` up to its EPLB check (physical experts divide over the EP group; redundant
+    experts only with EPLB). The constructor runs first, up to its tripwire (the gate's weights),
+    so the stub holds what it set (the layer's own expert count); the set-up then runs on its own,
+    with what comes after the checks (the EPLB state, the expert map) as the tripwire."""
+    cls = module.DeepseekV4MoE
+    init_fused = getattr(cls, "_init_fused_moe_experts", None)
+    if init_fused is None:
+        return None
+    stub = cls.__new__(cls)
+    prefix = f"model.layers.{layer}.ffn"
+    modules = {sys.modules[c.__module__] for c in cls.__mro__ if c.__module__.startswith("vllm.")}
+    kwargs: dict[str, Any] = {"vllm_config": config, "prefix": prefix}
+    if "num_hash_layers" in cls.__init__.__code__.co_varnames:
+        kwargs["num_hash_layers"] = 0
+    with contextlib.ExitStack() as stack:
+        for mod in modules:
+            stack.enter_context(_patched(mod, GateLinear=WeightsTripwire))
+        try:
+            cls.__init__(stub, **kwargs)
+        except Tripwire:
+            pass
+        except Exception:
+            return None  # a constructor guard refused: moe_constructor reports it
+    if getattr(stub, "use_native_mega_moe", getattr(stub, "use_mega_moe", False)):
+        return None
+    hf = config.model_config.hf_config
+    stub.reduce_results = getattr(stub, "reduce_results", True)
+    stub.image_sentinel_lo = getattr(stub, "image_sentinel_lo", 0)
+    stub.shared_experts = None
+    stub.gate = SimpleNamespace(e_score_correction_bias=None, tid2eid=None, bias_vl=None)
+    layer_module = importlib.import_module("vllm.model_executor.layers.fused_moe.layer")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            _patched(
+                layer_module,
+                get_current_vllm_config=lambda: config,
+                EplbLayerState=WeightsTripwire,
+                ExpertMapManager=WeightsTripwire,
+            )
+        )
+        for mod in modules:
+            stack.enter_context(_patched(mod, get_tensor_model_parallel_rank=lambda: 0))
+        return _run_guarded(
+            "DeepseekV4MoE._init_fused_moe_experts",
+            lambda: init_fused(stub, config, hf, None, prefix),
+            (init_fused, layer_module.FusedMoEFactory),
+        )
+
+
+def parallel_config_validation(engine_args: Any) -> dict[str, str] | None:
+    """vLLM's own `ParallelConfig` validation of the parsed sizes, expert parallel and EPLB
+    (what `create_engine_config` builds; the platform reports CUDA, as on the GPU node)."""
+    ea = engine_args
+    fields = parallel_module.ParallelConfig.__dataclass_fields__
+    values = {
+        "tensor_parallel_size": ea.tensor_parallel_size,
+        "pipeline_parallel_size": ea.pipeline_parallel_size,
+        "data_parallel_size": ea.data_parallel_size,
+        "prefill_context_parallel_size": getattr(ea, "prefill_context_parallel_size", 1),
+        "decode_context_parallel_size": getattr(ea, "decode_context_parallel_size", 1),
+        "enable_expert_parallel": bool(ea.enable_expert_parallel),
+        "enable_eplb": bool(ea.enable_eplb),
+        "eplb_config": ea.eplb_config,
+    }
+    if ea.data_parallel_size_local is not None:
+        values["data_parallel_size_local"] = ea.data_parallel_size_local
+    platform = type(parallel_module.current_platform)
+    pydantic = importlib.import_module("pydantic")
+    with _patched_attr(platform, "is_cuda_alike", classmethod(lambda cls: True)):
+        try:
+            parallel_module.ParallelConfig(**{k: v for k, v in values.items() if k in fields})
+        except pydantic.ValidationError as exc:
+            messages = "; ".join(str(e.get("msg", "")) for e in exc.errors())
+            return {"probe": "ParallelConfig", "error": "ValidationError", "message": messages}
+    return None
+
+
+@contextlib.contextmanager
+def _patched_attr(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Replace one attribute of a class for the block."""
+    saved = owner.__dict__.get(name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if saved is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, saved)
+
+
 def draft_moe_constructor(
     module: types.ModuleType, config: SimpleNamespace, ep_size: int, model: dict[str, Any]
 ) -> dict[str, str] | None:
@@ -422,6 +518,22 @@ def draft_moe_constructor(
         hf_config=hf, architectures=config.model_config.architectures
     )
     return moe_constructor(module, draft_config, ep_size, layer=hf.num_hidden_layers)
+
+
+def draft_fused_moe_experts(
+    module: types.ModuleType, config: SimpleNamespace, model: dict[str, Any]
+) -> dict[str, str] | None:
+    """The FusedMoE expert set-up of V4.1's DSpark draft layers (see draft_moe_constructor)."""
+    draft = model.get("num_draft_routed_experts")
+    if config.speculative_config is None or not draft or model["architecture"] != V41_ARCH:
+        return None
+    hf = SimpleNamespace(**vars(config.model_config.hf_config))
+    hf.dspark_n_routed_experts = draft
+    draft_config = SimpleNamespace(**vars(config))
+    draft_config.model_config = SimpleNamespace(
+        hf_config=hf, architectures=config.model_config.architectures
+    )
+    return fused_moe_experts(module, draft_config, layer=hf.num_hidden_layers)
 
 
 def mega_moe_capability(
@@ -559,7 +671,9 @@ def guards(engine_args: Any, model: dict[str, Any]) -> tuple[list[dict[str, str]
         for refusal in (
             model_constructor(module, config),
             moe_constructor(module, config, ep_size),
+            fused_moe_experts(module, config),
             draft_moe_constructor(module, config, ep_size, model),
+            draft_fused_moe_experts(module, config, model),
             mega_moe_capability(module, backend, hf),
         ):
             if refusal is not None:
@@ -668,11 +782,18 @@ def answer(top: Any, case: dict[str, Any]) -> dict[str, Any]:
             result["launch"] = {
                 "oracle_error": "".join(traceback.format_exception_only(exc)).strip()
             }
+    # The same on every GPU: reported with each capability's guards.
+    try:
+        parallel = parallel_config_validation(engine_args)
+    except Exception as exc:  # the oracle itself failed: an unmapped refusal, never hidden
+        parallel = {"probe": "ParallelConfig", "error": "OracleError", "message": repr(exc)}
     per_capability = []
     for major, minor in case.get("capabilities", []):
         with fake_platform.device_capability(major, minor):
             try:
                 refusals, sp = guards(engine_args, case["model"])
+                if parallel is not None:
+                    refusals.insert(0, parallel)
             except Exception as exc:  # the oracle itself failed: report, never hide
                 per_capability.append(
                     {

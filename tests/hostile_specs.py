@@ -93,6 +93,12 @@ FLAGS = [
     '--hf-overrides={"rope_theta":1}',
     "--hf-config-path=/m",
     "--quant",
+    "--eplb-config.num_redundant_experts=8",
+    '--eplb-config={"num_redundant_experts": 4, "window_size": 9}',
+    '{"num_redundant_experts": "4"}',
+    "--eplb-config.num_redundant_experts=8\n",
+    '--eplb-conf={"num_redundant_experts":2}',
+    '{"num_redundant_experts": 1, "a": {"num_redundant_experts": 2}}',
 ]
 NUMBERS = st.sampled_from(
     [0, 1, -1, 2, 3, 4, 8, 64, 128, 1023, 1024, 1025, 16384, 2**31 - 1, 2**31, 2**53, 2**63 - 1]

@@ -18,6 +18,13 @@ from deepseek_operator.api.backends import (
     MEGA_MOE_BACKENDS,
     MOE_BACKENDS,
 )
+from deepseek_operator.api.eplb import (
+    DOTTED_FORM,
+    JSON_FORM,
+    MAX_REDUNDANT_EXPERTS,
+    REDUNDANT_MARK,
+    canonical_redundant_experts_arg,
+)
 from deepseek_operator.catalog.vllm import supported_releases, vllm_release
 
 if TYPE_CHECKING:
@@ -296,6 +303,14 @@ def _first_owned_flag(spec: DeepSeekServingSpec) -> str:
     return next((a for a in spec.engine.extra_args if _owns(a)), "")
 
 
+def _redundant_experts_canonical(spec: DeepSeekServingSpec) -> bool:
+    return all(canonical_redundant_experts_arg(a) for a in spec.engine.extra_args)
+
+
+def _first_redundant_experts_arg(spec: DeepSeekServingSpec) -> str:
+    return next((a for a in spec.engine.extra_args if not canonical_redundant_experts_arg(a)), "")
+
+
 def _no_model_config_keys(spec: DeepSeekServingSpec) -> bool:
     return not any(_mentions_model_config_key(a) for a in spec.engine.extra_args)
 
@@ -449,6 +464,30 @@ _CROSS_FIELD_RULES: tuple[SpecRule, ...] = (
 )
 
 
+_EXTRA_ARGS_RULES: tuple[SpecRule, ...] = (
+    SpecRule(
+        name="ExtraArgsRedundantExpertsSpelling",
+        scope="spec.engine",
+        field_path=".extraArgs",
+        cel=(
+            "!has(self.extraArgs) || self.extraArgs.all(a, "
+            f"!a.contains('{REDUNDANT_MARK}') || "
+            f"(a.indexOf('{REDUNDANT_MARK}') == a.lastIndexOf('{REDUNDANT_MARK}') && "
+            f"(a.matches(r'{DOTTED_FORM}') || a.matches(r'{JSON_FORM}'))))"
+        ),
+        message=(
+            "spec.engine.extraArgs may set EPLB redundant experts (the decision reads them) only "
+            "as --eplb-config.num_redundant_experts=N or as the JSON object of --eplb-config "
+            '(--eplb-config={"num_redundant_experts": N, ...} or --eplb-config followed by the '
+            f"object): N a plain integer from 0 to {MAX_REDUNDANT_EXPERTS}, the key "
+            "named once, the object flat"
+        ),
+        holds=_redundant_experts_canonical,
+        value=_first_redundant_experts_arg,
+    ),
+)
+
+
 def _or_one(path: str) -> str:
     """CEL for an optional size field read as its default 1 when unset."""
     *parent, leaf = path.split(".")
@@ -562,7 +601,7 @@ DASH_RULES: tuple[SpecRule, ...] = tuple(
     for scope, field, attr in _FLAG_VALUE_FIELDS
 )
 
-SPEC_RULES = _CROSS_FIELD_RULES + BOUND_RULES + DASH_RULES
+SPEC_RULES = _CROSS_FIELD_RULES + _EXTRA_ARGS_RULES + BOUND_RULES + DASH_RULES
 """Every static rule, in the order they are checked."""
 
 

@@ -162,10 +162,19 @@ def _release_checks(inputs: DecisionInputs, backend: str) -> list[CheckResult]:
     for guard in (
         prefill_context_parallel(rules, inputs.facts, inputs.spec, backend),
         multi_node_executor(rules, inputs.spec, inputs.layout.pods_per_replica),
+        spec_checks.eplb_settings(inputs.spec),
     ):
         if guard is not None:
             checks.append(guard)
     return checks
+
+
+def _fused_moe_checks(inputs: DecisionInputs) -> list[CheckResult]:
+    """The FusedMoE path's expert checks (every backend that is not a MegaMoE path, and auto)."""
+    rules = inputs.release.rules
+    assert rules is not None
+    fused = spec_checks.fused_experts(rules, inputs.facts, inputs.spec)
+    return [fused] if fused is not None else []
 
 
 def _release_refusal(inputs: DecisionInputs, backend: str) -> Resolution | None:
@@ -277,8 +286,27 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
             mega_placement,
             checks,
         )
-    any_gpu = inputs.requirement(Requirement.ANY_GPU)
     first = failures[0]
+    # auto stays auto: vLLM then takes its FusedMoE path, whose own checks decide if it runs.
+    fused_failures = failed(_fused_moe_checks(inputs))
+    if fused_failures:
+        checks += fused_failures
+        requirement = inputs.requirement(Requirement.NONE, fused_failures[0].name)
+        message = (
+            f"auto cannot run: {fused_failures[0].name} failed: {fused_failures[0].message} "
+            f"(auto kept, {first.name} failed); pods are pinned to no node so they stay Pending "
+            "instead of crashing"
+        )
+        return inputs.resolution(
+            AUTO,
+            failed_reason(fused_failures[0].name),
+            message,
+            False,
+            requirement,
+            inputs.place(requirement),
+            checks,
+        )
+    any_gpu = inputs.requirement(Requirement.ANY_GPU)
     message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
     # Remote DP never becomes MegaMoE under auto (R10); say what an explicit backend could do.
     message += _explicit_layout_hint(inputs)
@@ -334,6 +362,8 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
                 facts, spec, expert_group, "A5/A6", multiples_of_128=not flashinfer
             )
         )
+    else:
+        checks += _fused_moe_checks(inputs)  # a FlashInfer moe_ep kernel on the FusedMoE path
     if backend in rules.data.flashinfer_moe_ep_architecture_checked:
         checks.append(spec_checks.flashinfer_architecture(rules, facts, backend))
     if backend in rules.flashinfer_eplb_refused:
@@ -379,19 +409,21 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
 
 
 def _decide_explicit_other(inputs: DecisionInputs, backend: str) -> Resolution:
-    guard = spec_checks.explicit_backend(inputs.facts, backend)
+    guards = [spec_checks.explicit_backend(inputs.facts, backend), *_fused_moe_checks(inputs)]
     release = _release_checks(inputs, backend)
-    if not guard.passed:
+    guard_failures = failed(guards)
+    if guard_failures:
+        guard = guard_failures[0]
         requirement = inputs.requirement(Requirement.NONE, guard.name)
         placement = inputs.place(requirement)
-        checks = [*release, guard, node_checks.capacity(placement, inputs.spec.replicas)]
+        checks = [*release, *guards, node_checks.capacity(placement, inputs.spec.replicas)]
         message = f"explicit {backend} cannot run: {guard.message}"
         return inputs.resolution(
             backend, failed_reason(guard.name), message, False, requirement, placement, checks
         )
     requirement = inputs.requirement(Requirement.ANY_GPU)
     placement = inputs.place(requirement)
-    checks = [*release, guard, node_checks.capacity(placement, inputs.spec.replicas)]
+    checks = [*release, *guards, node_checks.capacity(placement, inputs.spec.replicas)]
     return inputs.resolution(
         backend,
         REASON_EXPLICIT,

@@ -9,7 +9,8 @@ Two generations of the DeepSeek V4 model code:
 * 0.30.0, 0.31.0: every MegaMoE backend (native and FlashInfer moe_ep) takes the model's MegaMoE
   path: expert parallel required, sqrtsoftplus routing, fp4 experts and expert divisibility by the
   EP group for all of them; ``validate_fi_moe_ep_config`` refuses EPLB for every FlashInfer moe_ep
-  backend. 0.31.0 adds the ``norm_topk_prob`` guard.
+  backend. 0.31.0 adds the ``norm_topk_prob`` guard. 0.30.0's FusedMoE path (every other
+  backend) also asserts that the physical experts (routed + EPLB redundant) divide by TP.
 * 0.32.0, 0.33.0: those model guards cover the native backend (``NATIVE_MEGA_MOE_BACKENDS``) only;
   the FlashInfer moe_ep kernels refuse a layer without expert parallelism (EP size > 1), dual
   batch overlap, weights other than fp4 (their formats: MXFP4, and NVFP4 for CuTeDSL), and (the
@@ -48,6 +49,8 @@ class ReleaseRules:
     flashinfer_refuses_dbo: bool
     flashinfer_needs_ep_group: bool  # the kernel needs an EP group of 2+ GPUs (use_ep)
     v41_prefill_context_parallel_guard: bool
+    # _init_fused_moe_experts asserts the physical experts (routed + redundant) divide by TP
+    fused_experts_divide_tp: bool
 
     @property
     def release(self) -> str:
@@ -90,19 +93,31 @@ _MODERN = {
 }
 
 _TABLE: dict[str, dict[str, object]] = {
-    "0.30.0": {**_LEGACY, "norm_topk_prob_guard": False, "eplb": "all"},
-    "0.31.0": {**_LEGACY, "norm_topk_prob_guard": True, "eplb": "all"},
+    "0.30.0": {
+        **_LEGACY,
+        "norm_topk_prob_guard": False,
+        "eplb": "all",
+        "fused_experts_divide_tp": True,
+    },
+    "0.31.0": {
+        **_LEGACY,
+        "norm_topk_prob_guard": True,
+        "eplb": "all",
+        "fused_experts_divide_tp": False,
+    },
     "0.32.0": {
         **_MODERN,
         "norm_topk_prob_guard": True,
         "v41_prefill_context_parallel_guard": False,
         "eplb": "deep_gemm",
+        "fused_experts_divide_tp": False,
     },
     "0.33.0": {
         **_MODERN,
         "norm_topk_prob_guard": True,
         "v41_prefill_context_parallel_guard": True,
         "eplb": "deep_gemm",
+        "fused_experts_divide_tp": False,
     },
 }
 
@@ -130,4 +145,5 @@ def release_rules(release: str) -> ReleaseRules:
         flashinfer_refuses_dbo=bool(row["flashinfer_refuses_dbo"]),
         flashinfer_needs_ep_group=bool(row["flashinfer_needs_ep_group"]),
         v41_prefill_context_parallel_guard=bool(row["v41_prefill_context_parallel_guard"]),
+        fused_experts_divide_tp=bool(row["fused_experts_divide_tp"]),
     )
