@@ -121,15 +121,19 @@ def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
     kube = FakeKube()
     rec = Reconciler(kube)  # type: ignore[arg-type]
     _run(rec, _body("a"), gb200_pool())
-    written = rec._applied[("llm", "Deployment", "a", "a")]
+    written = rec._applied[("llm", "a")][("Deployment", "a")]
     echo = copy.deepcopy(written)
-    assert rec.is_own_write("llm", "a", "Deployment", "a", echo)
     later = copy.deepcopy(written)  # e.g. the Deployment controller's status update
     later["metadata"]["resourceVersion"] = str(int(written["metadata"]["resourceVersion"]) + 5)
-    assert not rec.is_own_write("llm", "a", "Deployment", "a", later)
-    assert not rec.is_own_write("llm", "b", "Deployment", "a", echo)  # another owner's child
-    rec.child_deleted("llm", "Deployment", "a")
-    assert not rec.is_own_write("llm", "a", "Deployment", "a", echo)  # gone: nothing is ours
+    assert not rec.child_observed("llm", "b", "Deployment", "a", echo)  # another owner's child
+    assert rec.child_observed("llm", "a", "Service", "a", echo) is False  # another kind's version
+    assert rec.child_observed("llm", "a", "Deployment", "a", echo)
+    # The store now holds our version: the apply response is dropped, nothing more is ours.
+    assert ("Deployment", "a") not in rec._applied.get(("llm", "a"), {})
+    assert not rec.child_observed("llm", "a", "Deployment", "a", later)
+    _run(rec, _body("a"), gb200_pool())
+    rec.child_deleted("llm", "Service", "a", "a")
+    assert ("Service", "a") not in rec._applied.get(("llm", "a"), {})
 
 
 def test_a_stale_child_of_the_same_serving_is_deleted() -> None:

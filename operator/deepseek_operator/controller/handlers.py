@@ -480,12 +480,12 @@ class OperatorState:
         """One event of a child: readiness, a hand edit, a deletion: reconcile its owner."""
         deleted = type_ == "DELETED"
         namespace, _, name = key.partition("/")
-        if deleted:
-            self.reconciler.child_deleted(namespace, kind, name)
         owner = self.stores.child_seen(kind, key, None if deleted else body)
+        if deleted:
+            self.reconciler.child_deleted(namespace, kind, name, owner[1] if owner else None)
         if owner is None:
             return
-        if not deleted and self.reconciler.is_own_write(namespace, owner[1], kind, name, body):
+        if not deleted and self.reconciler.child_observed(namespace, owner[1], kind, name, body):
             return  # the watch echoing our own apply
         self._owner_changed(owner)
 
@@ -641,20 +641,23 @@ def _kept(body: Mapping[str, Any]) -> dict[str, Any]:
 # --- DeepSeekServing ----------------------------------------------------------------------------
 
 
+@kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
 async def reconcile_serving(body: kopf.Body, reason: str, memo: OperatorState, **_: Any) -> None:
-    """Create and update: decide, write status, apply children."""
-    meta = body.get("metadata") or {}
-    await _reconcile_now(memo, (str(meta.get("namespace")), str(meta.get("name"))), str(reason))
+    """Create, update and resume: decide, write status, apply children.
 
-
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-async def resume_serving(body: kopf.Body, memo: OperatorState, **_: Any) -> None:
-    """Resume (each object at start-up): the same reconcile, a few at a time."""
+    One function for the three, so kopf calls it once for an object it sees first at start-up
+    (creation and resume at once). Resumes (every object, at each start) run a few at a time:
+    an object created meanwhile is not queued behind them.
+    """
     meta = body.get("metadata") or {}
-    async with memo.resumes:
-        await _reconcile_now(memo, (str(meta.get("namespace")), str(meta.get("name"))), "resume")
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    if str(reason) == "resume":
+        async with memo.resumes:
+            await _reconcile_now(memo, key, "resume")
+    else:
+        await _reconcile_now(memo, key, str(reason))
 
 
 async def _reconcile_now(memo: OperatorState, key: ServingKey, trigger: str) -> None:

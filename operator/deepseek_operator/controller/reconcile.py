@@ -125,7 +125,9 @@ class Reconciler:
         # The last status we wrote (with its resourceVersion) and the last apply responses, so a
         # reconcile that runs before the watch delivers our own writes does not redo them.
         self._written: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
-        self._applied: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
+        # (namespace, owner) -> (kind, name) -> our last apply response, until the child watch
+        # delivers that version (per owner, so a reconcile reads only its own children).
+        self._applied: dict[tuple[str, str], dict[ChildKey, Mapping[str, Any]]] = {}
         # The parsed object per (uid, generation): the spec cannot change without a new
         # generation, and parsing (schema, CEL rules, pydantic) is half a reconcile's CPU.
         self._parsed: dict[tuple[str, str], tuple[str, int, ServingObject]] = {}
@@ -243,8 +245,7 @@ class Reconciler:
         self._failures.pop(key, None)
         self._locks.pop(key, None)
         self._parsed.pop(key, None)
-        for cache_key in [k for k in self._applied if k[0] == key[0] and k[3] == key[1]]:
-            del self._applied[cache_key]
+        self._applied.pop(key, None)
 
     def _freshest(self, key: tuple[str, str], body: Mapping[str, Any]) -> Mapping[str, Any]:
         """``body`` with the status we last wrote, if the watch has not delivered it yet."""
@@ -261,33 +262,41 @@ class Reconciler:
     ) -> dict[ChildKey, Mapping[str, Any]]:
         """This object's live children, newer apply responses winning over lagging index entries."""
         merged = dict(live)
-        for cache_key, obj in list(self._applied.items()):
-            ns, kind, name, owner = cache_key
-            if (ns, owner) != key:
-                continue
-            current = merged.get((kind, name))
+        applied = self._applied.get(key) or {}
+        for child, obj in list(applied.items()):
+            current = merged.get(child)
             if current is None or _rv(current) < _rv(obj):
-                merged[(kind, name)] = obj
+                merged[child] = obj
             else:  # the watch caught up
-                del self._applied[cache_key]
+                del applied[child]
         return merged
 
-    def is_own_write(
+    def child_observed(
         self, namespace: str, owner: str, kind: str, name: str, body: Mapping[str, Any]
     ) -> bool:
-        """Whether ``body`` is exactly the version of a child that our last apply wrote.
+        """The child watch delivered ``body``: whether it is exactly the version of a child that
+        our last apply wrote (its echo).
 
-        The watch echoes every write back; that echo tells nothing new (the reconcile that
-        wrote it already holds the response), so it needs no reconcile. Any later change
-        (a controller's status update, a hand edit) has a newer resourceVersion.
+        That echo tells nothing new (the reconcile that wrote it already holds the response), so
+        it needs no reconcile; any later change (a controller's status update, a hand edit) has
+        a newer resourceVersion. Once the watch has delivered our version, the store holds it
+        and the apply response is dropped (1,000 objects would otherwise keep 2,000 bodies).
         """
-        applied = self._applied.get((namespace, kind, name, owner))
-        return applied is not None and _rv(applied) != 0 and _rv(applied) == _rv(body)
+        applied = self._applied.get((namespace, owner)) or {}
+        ours = applied.get((kind, name))
+        if ours is None or _rv(ours) == 0:
+            return False
+        if _rv(body) >= _rv(ours):
+            del applied[(kind, name)]
+            if not applied:
+                self._applied.pop((namespace, owner), None)
+        return _rv(ours) == _rv(body)
 
-    def child_deleted(self, namespace: str, kind: str, name: str) -> None:
+    def child_deleted(self, namespace: str, kind: str, name: str, owner: str | None = None) -> None:
         """A child is gone: never mistake our old apply response for it."""
-        for cache_key in [k for k in self._applied if k[:3] == (namespace, kind, name)]:
-            del self._applied[cache_key]
+        owners = [(namespace, owner)] if owner else [k for k in self._applied if k[0] == namespace]
+        for key in owners:
+            (self._applied.get(key) or {}).pop((kind, name), None)
 
     async def _write_status(self, key: tuple[str, str], uid: str, status: dict[str, Any]) -> None:
         response = await self.kube.patch_status(key[0], key[1], uid, status)
@@ -338,7 +347,7 @@ class Reconciler:
                 writes.append(
                     functools.partial(self.kube.delete, api_version, kind, obj.namespace, child)
                 )
-                self._applied.pop((obj.namespace, kind, child, obj.name), None)
+                (self._applied.get((obj.namespace, obj.name)) or {}).pop((kind, child), None)
                 outcome.deleted.append(f"{kind}/{child}")
 
         serving_key = (obj.namespace, obj.name)
@@ -415,8 +424,8 @@ class Reconciler:
         if isinstance(response, dict):
             # managedFields is as large as the object and never read: do not hold it.
             (response.get("metadata") or {}).pop("managedFields", None)
-            self._applied[
-                (obj.namespace, manifest["kind"], manifest["metadata"]["name"], obj.name)
+            self._applied.setdefault((obj.namespace, obj.name), {})[
+                (manifest["kind"], manifest["metadata"]["name"])
             ] = response
 
     def _event(self, body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
