@@ -10,9 +10,7 @@ fields back from hand edits.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -24,9 +22,6 @@ from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
 # Worker threads writing concurrently (handlers.configure sizes the executor).
 WRITER_THREADS = 32
-# Status writes have threads of their own: in a burst of 1,000 new objects, each one's
-# BackendResolved must not wait behind the child applies of the objects before it.
-STATUS_THREADS = 8
 
 
 class KubeError(DeepSeekOperatorError):
@@ -83,10 +78,7 @@ class KubeClient:
     def __init__(self, extra_connections: int = 1) -> None:
         # One kept-alive connection per worker thread plus ``extra_connections`` (the watches,
         # each holding one for as long as it streams).
-        self.pool_size = WRITER_THREADS + STATUS_THREADS + 1 + extra_connections
-        self._status_writers = concurrent.futures.ThreadPoolExecutor(
-            max_workers=STATUS_THREADS, thread_name_prefix="kube-status"
-        )
+        self.pool_size = WRITER_THREADS + 1 + extra_connections
         self._api: Any = None
         self._lock = threading.Lock()
         self._resources: dict[tuple[str, str], Resource] = {}
@@ -265,10 +257,7 @@ class KubeClient:
         self, namespace: str, name: str, uid: str, status: dict[str, Any]
     ) -> Any:
         """Merge-patch the DeepSeekServing's status subresource (uid as precondition)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._status_writers,
-            functools.partial(self._patch_status, namespace, name, uid, status),
-        )
+        return await asyncio.to_thread(self._patch_status, namespace, name, uid, status)
 
     def _check_owner(self, namespace: str, name: str, uid: str) -> None:
         path = self.resource(API_VERSION, KIND).path(namespace, name)
