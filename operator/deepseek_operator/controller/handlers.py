@@ -12,7 +12,7 @@
 * A child event (readiness, hand edit, deletion) reconciles its owner; the echo of our own
   apply (the very version it returned) does not. So does an event of a StatefulSet our
   LeaderWorkerSet made (its refused pods surface as ``PodsRefused``; watched, never written).
-* Our LeaderWorkerSet pods come from :class:`PodWatch` (label-selected, per watched namespace or
+* Our LeaderWorkerSet pods come from :func:`pod_watch` (label-selected, per watched namespace or
   cluster-wide; only name, node and readiness kept): a change asks for a *status-only*
   reconcile of their owner (``status.groups``), which never writes a child.
 The process's state (:class:`OperatorState`) is kopf's ``memo``, passed to every handler.
@@ -40,7 +40,7 @@ from deepseek_operator.controller.list_watch import ListWatch
 from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import node_watch
 from deepseek_operator.controller.peering_gate import PeeringGate
-from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, PodWatch
+from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_watch
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
@@ -329,7 +329,6 @@ class OperatorState:
         self.pending: dict[ServingKey, asyncio.Task[None]] = {}
         self.full_wanted: set[ServingKey] = set()  # a pending reconcile may write children
         self.pods = PodGroups()
-        self.pod_watches: list[PodWatch] = []
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
         # in it, or posting their Events would fail.
@@ -394,12 +393,12 @@ class OperatorState:
                         name="peering-watch",
                     )
                 )
+        for namespace in self.namespaces or (None,):
+            self.watches.append(
+                pod_watch(self.kube, loop, namespace, self.pods_listed, self.pod_seen)
+            )
         for watch in self.watches:
             watch.start()
-        for namespace in self.namespaces or (None,):
-            pod_watch = PodWatch(self.kube, loop, namespace, self.pods_listed, self.pod_seen)
-            self.pod_watches.append(pod_watch)
-            pod_watch.start()
 
     def _ours(self, key: str) -> bool:
         return key.rpartition("/")[2] == self.peering_name
@@ -415,8 +414,6 @@ class OperatorState:
         """Close every watch."""
         for watch in self.watches:
             watch.stop()
-        for pod_watch in self.pod_watches:
-            pod_watch.stop()
 
     def crd_installed(self, crd: str) -> None:
         """An add-on CRD came: its child watches ask for the kind again now."""

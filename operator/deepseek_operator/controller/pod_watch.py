@@ -10,29 +10,19 @@ A change of what is kept (a pod scheduled, becoming ready, deleted) asks for a *
 of its owner: pod events never rewrite the workload (the stability rule: pods are only restarted by
 a spec change or by LWS's own group recreation).
 
-Like the node watch: one paginated LIST, then a WATCH from its resourceVersion, in a thread; a 410
-or a failed stream lists again. Callbacks run on the event loop.
+The listing and watching is :class:`~.list_watch.ListWatch`'s (one paginated LIST, then a WATCH,
+in a thread; a 410 or a failed stream lists again); callbacks run on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.controller.list_watch import (
-    PAGE_SIZE,
-    RETRY_DELAYS_S,
-    WATCH_TIMEOUT_S,
-    WatchExpired,
-    _lines,
-)
+from deepseek_operator.controller.list_watch import ListWatch
 from deepseek_operator.names import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -42,8 +32,6 @@ from deepseek_operator.names import (
     MANAGED_BY,
 )
 from deepseek_operator.plan import PodSeen
-
-log = logging.getLogger("deepseek_operator.controller")
 
 POD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LWS_NAME_LABEL}"
 
@@ -132,113 +120,34 @@ OnListed = Callable[[str | None, dict[PodKey, PodRecord]], None]
 OnEvent = Callable[[PodKey, PodRecord | None], None]
 
 
-class PodWatch:
-    """Lists, then watches our LWS pods of one namespace (None: cluster-wide) in a thread."""
+def _pod_key(key: str) -> PodKey:
+    namespace, _, name = key.partition("/")
+    return namespace, name
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        loop: asyncio.AbstractEventLoop,
-        namespace: str | None,
-        on_listed: OnListed,
-        on_event: OnEvent,
-    ) -> None:
-        self.kube = kube
-        self.loop = loop
-        self.namespace = namespace
-        self.path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-        self.on_listed = on_listed
-        self.on_event = on_event
-        self._stop = threading.Event()
-        self._response: Any = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"pod-watch-{namespace or 'all'}", daemon=True
-        )
 
-    def start(self) -> None:
-        """Start listing and watching in the background."""
-        self._thread.start()
+def pod_watch(
+    kube: KubeClient,
+    loop: asyncio.AbstractEventLoop,
+    namespace: str | None,
+    on_listed: OnListed,
+    on_event: OnEvent,
+) -> ListWatch[PodRecord | None]:
+    """A :class:`ListWatch` of our LWS pods in ``namespace`` (None: cluster-wide), reporting
+    records keyed by (namespace, name); a pod without our indexes is left out of listings."""
 
-    def stop(self) -> None:
-        """Stop watching (closes the open stream)."""
-        self._stop.set()
-        response = self._response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.shutdown()
-            with contextlib.suppress(Exception):
-                response.release_conn()
+    def listed(snapshot: dict[str, PodRecord | None]) -> None:
+        on_listed(namespace, {_pod_key(k): r for k, r in snapshot.items() if r is not None})
 
-    def _run(self) -> None:
-        failures = 0
-        version: str | None = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    version = self._list()
-                version = self._watch(version)
-                failures = 0
-            except WatchExpired:
-                version = None
-            except Exception as exc:
-                if self._stop.is_set():
-                    return
-                delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
-                failures += 1
-                log.warning(
-                    "Pod watch failed; listing our LeaderWorkerSet pods again",
-                    extra={
-                        "namespace": self.namespace or "",
-                        "error": f"{type(exc).__name__}: {exc}",
-                        "retry_in_s": delay,
-                    },
-                )
-                version = None
-                self._stop.wait(delay)
+    def seen(kind: str, key: str, record: PodRecord | None) -> None:
+        on_event(_pod_key(key), None if kind == "DELETED" else record)
 
-    def _list(self) -> str:
-        snapshot: dict[PodKey, PodRecord] = {}
-        token = ""
-        while True:
-            query = [("labelSelector", POD_SELECTOR), ("limit", str(PAGE_SIZE))]
-            if token:
-                query.append(("continue", token))
-            page = self.kube.list_page(self.path, query)
-            for pod in page.get("items") or []:
-                record = pod_record(pod)
-                if record is not None:
-                    meta = pod["metadata"]
-                    snapshot[(str(meta.get("namespace")), str(meta["name"]))] = record
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            if not token:
-                self.loop.call_soon_threadsafe(self.on_listed, self.namespace, snapshot)
-                return str(meta.get("resourceVersion") or "")
-
-    def _watch(self, version: str) -> str:
-        query = [
-            ("labelSelector", POD_SELECTOR),
-            ("resourceVersion", version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
-        ]
-        self._response = self.kube.open_watch(self.path, query, WATCH_TIMEOUT_S + 30)
-        try:
-            for line in _lines(self._response):
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise WatchExpired(str(obj.get("message")))
-                    raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
-                meta = obj.get("metadata") or {}
-                version = str(meta.get("resourceVersion") or version)
-                if kind == "BOOKMARK":
-                    continue
-                key = (str(meta.get("namespace")), str(meta.get("name")))
-                record = None if kind == "DELETED" else pod_record(obj)
-                self.loop.call_soon_threadsafe(self.on_event, key, record)
-        finally:
-            self._response.release_conn()
-            self._response = None
-        return version
+    return ListWatch(
+        kube,
+        loop,
+        f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods",
+        pod_record,
+        listed,
+        seen,
+        label_selector=POD_SELECTOR,
+        name=f"pod-watch-{namespace or 'all'}",
+    )
