@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from typing import Any
 
@@ -306,20 +307,49 @@ def _context(value: Any) -> Any:
     return context
 
 
+# (rule, fieldPath, message) of each rule on one schema node.
+_Rules = tuple[tuple[str, str, str], ...]
+# Where a value fails its rules: (field path, the offending value, the message).
+_Failure = tuple[str, Any, str]
+
+
 def _run_rules(path: str, value: Any, schema: dict[str, Any]) -> None:
-    rules = schema.get("x-kubernetes-validations", ())
+    rules: _Rules = tuple(
+        (r["rule"], r.get("fieldPath", ""), r["message"])
+        for r in schema.get("x-kubernetes-validations", ())
+    )
     if not rules:
         return
+    try:
+        text = json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON (a caller's odd value): evaluate it afresh
+        failure = _first_failure(path, value, rules)
+    else:
+        failure = _remembered_failure(path, rules, text)
+    if failure is not None:
+        raise _refuse(*failure)
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered_failure(path: str, rules: _Rules, value_json: str) -> _Failure | None:
+    """:func:`_first_failure` of a JSON value, remembered: the operator parses an object again
+    on every new generation and most of its parts (the model, parallelism, …) are unchanged,
+    and evaluating the CEL rules is most of a parse."""
+    return _first_failure(path, json.loads(value_json), rules)
+
+
+def _first_failure(path: str, value: Any, rules: _Rules) -> _Failure | None:
+    """The first of ``rules`` that ``value`` (at ``path``) fails, or None."""
     context = _context(value)
-    for rule in rules:
+    for rule, field_path, message in rules:
         try:
-            result = _program(rule["rule"]).execute(context)
+            result = _program(rule).execute(context)
         except (ArithmeticError, ValueError, TypeError, RuntimeError) as exc:
             # The API server reports a rule that cannot be evaluated as a refusal too.
-            raise _refuse(path or "(root)", None, f"rule {rule['rule']!r}: {exc}") from None
+            return (path or "(root)", None, f"rule {rule!r}: {exc}")
         if result is not True:
-            field_path = (path + rule.get("fieldPath", "")).lstrip(".")
-            raise _refuse(field_path, _lookup(value, rule.get("fieldPath", "")), rule["message"])
+            return ((path + field_path).lstrip("."), _lookup(value, field_path), message)
+    return None
 
 
 def _lookup(value: Any, field_path: str) -> Any:

@@ -4,8 +4,11 @@
   WATCH; not kopf indexes, whose initial listing costs O(objects²)); every reconcile waits
   until the first listings are in. DeepSeekServings' latest bodies are kept from kopf's own
   events of them. A reconcile therefore makes no LIST call.
-* One reconcile for create, update and resume of a DeepSeekServing; resumes (every object at a
-  restart) wait their turn, a few at a time, so a new object is acted on at once.
+* DeepSeekServings come from one kopf event handler (no kopf create/update/resume handlers, so
+  kopf writes no bookkeeping annotation: one PATCH less per object). A new object (new uid), a
+  new generation, or an object first seen at start-up (resume) is reconciled at once, in that
+  handler; a status echo or a metadata-only change is not. Resumes (every object at a restart)
+  wait their turn, a few at a time, so a new object is acted on at once.
 * A Node change that alters GPU facts, labels, taints, readiness or allocatable GPUs re-evaluates
   only the DeepSeekServings whose ``nodeSelector`` matches the node (before or after), debounced
   so a burst of node changes costs one reconcile per object.
@@ -77,11 +80,14 @@ BACKOFF_AFTER_ERROR_S = 10.0
 # kopf peering: a peer whose heartbeat is older than this is dead, so a standby operator takes
 # over within about this long after the active one is killed (kopf's default is 60 s).
 PEERING_LIFETIME_S = 8
-# kopf's last-handled configuration (a copy of the spec) lives in this annotation.
-KOPF_DIFFBASE_KEY = "last-handled-configuration"
-KOPF_DIFFBASE_ANNOTATION = f"{KOPF_ANNOTATION_PREFIX}/{KOPF_DIFFBASE_KEY}"
+# Earlier versions let kopf keep its last-handled configuration (a copy of the spec) in this
+# annotation; objects they handled still carry it, and the stores drop it.
+KOPF_DIFFBASE_ANNOTATION = f"{KOPF_ANNOTATION_PREFIX}/last-handled-configuration"
 # Resume reconciles running at once (a restart resumes every object).
 RESUME_CONCURRENCY = 4
+# Triggers that only follow up on an earlier reconcile: a watch event folded into a pending
+# follow-up names the reconcile instead (metrics and logs say why it ran).
+FOLLOW_UPS = frozenset({"recheck", "backoff", "retry"})
 
 ServingKey = tuple[str, str]  # (namespace, name)
 
@@ -294,6 +300,15 @@ class ClusterApiProbe:
         )
 
 
+@dataclass
+class PendingReconcile:
+    """A reconcile waiting for its time: the task, when it is due (loop time), and why."""
+
+    task: asyncio.Task[None]
+    due: float
+    trigger: str
+
+
 class OperatorState:
     """The operator process's state: API client, reconciler, stores, watches, pending reconciles.
 
@@ -326,8 +341,11 @@ class OperatorState:
         self._unlisted: set[str] = set()  # child watches yet to list
         self.watches: list[ListWatch[Any]] = []
         self.child_watches: list[tuple[ChildKind, ListWatch[dict[str, Any]]]] = []
-        self.pending: dict[ServingKey, asyncio.Task[None]] = {}
+        self.pending: dict[ServingKey, PendingReconcile] = {}
         self.full_wanted: set[ServingKey] = set()  # a pending reconcile may write children
+        # (uid, generation) of each DeepSeekServing last reconciled for a spec: an event with
+        # the same pair (a status echo, a label edit) needs no reconcile.
+        self.handled: dict[ServingKey, tuple[str, int]] = {}
         self.pods = PodGroups()
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
@@ -510,17 +528,37 @@ class OperatorState:
         if body is not None and not self.reconciler.is_gone(body):
             self.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
 
-    def serving_seen(self, type_: str | None, body: kopf.Body) -> None:
-        """Keep a DeepSeekServing's latest body; a deleted one ends its work and is forgotten."""
+    def serving_seen(self, type_: str | None, body: Mapping[str, Any]) -> str | None:
+        """Keep a DeepSeekServing's latest body; the reason to reconcile it now, if any.
+
+        ``type_`` is the watch event's type (None: kopf's initial listing). The answer is
+        ``resume`` (first seen at start-up), ``create`` (a new uid), ``update`` (a new
+        generation: the spec changed) or None (a status echo, a metadata change, a deletion,
+        an object being deleted). A deleted object ends its work now (no zombie reconciles).
+        """
         if self.kopf_context is None:
             self.kopf_context = contextvars.copy_context()
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace")), str(meta.get("name")))
+        uid = str(meta.get("uid") or "")
         if type_ == "DELETED":
             self.stores.servings.pop(key, None)
-            self.forget(key, str(meta.get("uid") or ""))
-        else:
-            self.stores.servings[key] = _kept(body)
+            self.handled.pop(key, None)
+            self.forget(key, uid)
+            return None
+        if self.reconciler.is_gone(body):
+            return None  # a late event of an object already deleted
+        self.stores.servings[key] = _kept(body)
+        if meta.get("deletionTimestamp"):
+            return None  # finalizers of others hold it; nothing of ours to do
+        seen = (uid, int(meta.get("generation") or 0))
+        before = self.handled.get(key)
+        if before == seen:
+            return None
+        self.handled[key] = seen
+        if type_ is None:
+            return "resume"
+        return "update" if before is not None and before[0] == uid else "create"
 
     async def reconcile(
         self, key: ServingKey, trigger: str, status_only: bool = False
@@ -543,60 +581,72 @@ class OperatorState:
     def schedule(
         self, key: ServingKey, delay: float, trigger: str, status_only: bool = False
     ) -> None:
-        """Reconcile soon; events arriving meanwhile fold into the same reconcile, which writes
-        children unless every event that asked for it wanted the status only (pod events)."""
+        """Reconcile in ``delay`` seconds; events arriving meanwhile fold into the same
+        reconcile, which writes children unless every event that asked for it wanted the status
+        only (pod events). An event due sooner than the pending reconcile brings it forward."""
         if not status_only:
             self.full_wanted.add(key)
-        if key in self.pending and not self.pending[key].done():
-            return
+        due = asyncio.get_running_loop().time() + delay
+        pending = self.pending.get(key)
+        if pending is not None and not pending.task.done():
+            if pending.trigger in FOLLOW_UPS and trigger not in FOLLOW_UPS:
+                pending.trigger = trigger
+            if due >= pending.due:
+                return
+            pending.task.cancel()  # still asleep (a running one has left ``pending``)
+            if trigger in FOLLOW_UPS:
+                trigger = pending.trigger
 
         async def later() -> None:
             await asyncio.sleep(delay)
-            self.pending.pop(key, None)
+            record = self.pending.pop(key)
             only_status = key not in self.full_wanted
             self.full_wanted.discard(key)
-            if not self.peering.active():
-                return  # a standby: kopf paused this instance, another one acts
-            try:
-                outcome = await self.reconcile(key, trigger=trigger, status_only=only_status)
-            except Exception as exc:
-                # One line, no traceback: the next event or the backoff retries.
-                log.error(
-                    "Reconcile failed: %s: %s",
-                    type(exc).__name__,
-                    exc,
-                    extra={"namespace": key[0], "name_": key[1], "trigger": trigger},
-                )
-                self.schedule(key, BACKOFF_AFTER_ERROR_S, trigger="retry", status_only=only_status)
-                return
-            if outcome is not None and outcome.retry_after is not None:
-                self.schedule(key, outcome.retry_after, trigger="backoff")
-            elif outcome is not None and outcome.recheck_after is not None:
-                self.schedule(key, outcome.recheck_after, trigger="recheck")
+            await self.run_reconcile(key, record.trigger, status_only=only_status)
 
         context = self.kopf_context.copy() if self.kopf_context is not None else None
-        self.pending[key] = asyncio.create_task(later(), context=context)
+        task = asyncio.create_task(later(), context=context)
+        self.pending[key] = PendingReconcile(task, due, trigger)
+
+    async def run_reconcile(self, key: ServingKey, trigger: str, status_only: bool = False) -> None:
+        """Reconcile ``key`` now and schedule what its outcome asks for (a retry after an error
+        or a refusal, a recheck, another look at children that changed while we wrote them).
+
+        Never raises: a failure is one log line (no traceback) and a retry."""
+        if not self.peering.active():
+            return  # a standby: kopf paused this instance, another one acts
+        try:
+            outcome = await self.reconcile(key, trigger=trigger, status_only=status_only)
+        except Exception as exc:
+            log.error(
+                "Reconcile failed: %s: %s",
+                type(exc).__name__,
+                exc,
+                extra={"namespace": key[0], "name_": key[1], "trigger": trigger},
+            )
+            self.schedule(key, BACKOFF_AFTER_ERROR_S, trigger="retry", status_only=status_only)
+            return
+        if outcome is None:
+            return
+        if outcome.retry_after is not None:
+            self.schedule(key, outcome.retry_after, trigger="backoff")
+        elif outcome.recheck_after is not None:
+            self.schedule(key, outcome.recheck_after, trigger="recheck")
+        if outcome.children_changed_meanwhile:
+            self.schedule(key, CHILD_DEBOUNCE_S, trigger="child")
 
     def forget(self, key: ServingKey, uid: str) -> None:
         """``key`` was deleted: cancel its pending reconcile and drop what we know about it."""
-        task = self.pending.pop(key, None)
-        if task is not None and not task.done():
-            task.cancel()
+        pending = self.pending.pop(key, None)
+        if pending is not None and not pending.task.done():
+            pending.task.cancel()
         self.full_wanted.discard(key)
         self.reconciler.gone(key, uid)
 
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: Any) -> None:
-    """Keep kopf's bookkeeping in annotations (the structural schema prunes unknown status)."""
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=KOPF_ANNOTATION_PREFIX
-    )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_ANNOTATION_PREFIX,
-        key=KOPF_DIFFBASE_KEY,
-        ignored_fields=["status"],
-    )
+    """Peering, logging, watching and the writer threads; then start our own watches."""
     # Two replicas without their peering object would both act: refuse to run instead.
     settings.peering.mandatory = not settings.peering.standalone
     settings.peering.lifetime = PEERING_LIFETIME_S
@@ -638,46 +688,20 @@ def _kept(body: Mapping[str, Any]) -> dict[str, Any]:
 # --- DeepSeekServing ----------------------------------------------------------------------------
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
-async def reconcile_serving(body: kopf.Body, reason: str, memo: OperatorState, **_: Any) -> None:
-    """Create, update and resume: decide, write status, apply children.
-
-    One function for the three, so kopf calls it once for an object it sees first at start-up
-    (creation and resume at once). Resumes (every object, at each start) run a few at a time:
-    an object created meanwhile is not queued behind them.
-    """
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def serving_event(type: str | None, body: kopf.Body, memo: OperatorState, **_: Any) -> None:
+    """Every event of a DeepSeekServing: keep its latest body and, for a new object, a new
+    generation or one first seen at start-up, reconcile it now (resumes a few at a time)."""
+    trigger = memo.serving_seen(type, body)
+    if trigger is None:
+        return
     meta = body.get("metadata") or {}
     key = (str(meta.get("namespace")), str(meta.get("name")))
-    if str(reason) == "resume":
+    if trigger == "resume":
         async with memo.resumes:
-            await _reconcile_now(memo, key, "resume")
+            await memo.run_reconcile(key, trigger)
     else:
-        await _reconcile_now(memo, key, str(reason))
-
-
-async def _reconcile_now(memo: OperatorState, key: ServingKey, trigger: str) -> None:
-    try:
-        outcome = await memo.reconcile(key, trigger)
-    except Exception as exc:
-        raise kopf.TemporaryError(
-            f"Reconcile failed: {type(exc).__name__}: {exc}", delay=BACKOFF_AFTER_ERROR_S
-        ) from None
-    if outcome is not None and outcome.recheck_after is not None and outcome.retry_after is None:
-        memo.schedule(key, outcome.recheck_after, trigger="recheck")
-    if outcome is not None and outcome.retry_after is not None:
-        # The API server refused a child: retry with capped exponential backoff.
-        raise kopf.TemporaryError(
-            "the API server refused " + "; ".join(outcome.refused), delay=outcome.retry_after
-        )
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def serving_event(type: str, body: kopf.Body, memo: OperatorState, **_: Any) -> None:
-    """Every event of a DeepSeekServing (kopf runs these before create/update/resume handlers):
-    keep its latest body; a deleted one ends its work now (no zombie reconciles)."""
-    memo.serving_seen(type, body)
+        await memo.run_reconcile(key, trigger)
 
 
 # --- add-on CRDs (LeaderWorkerSet, ComputeDomain) ------------------------------------------------

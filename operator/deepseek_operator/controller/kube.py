@@ -3,24 +3,25 @@
 REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
 the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
 ResourceClaimTemplate) needs no hand-written path. The ``kubernetes`` client is synchronous, so
-every call runs in a worker thread. One field manager owns every field we set; ``force`` takes
+every call runs in a worker thread (:class:`WriteQueue`: status writes before child writes). One field manager owns every field we set; ``force`` takes
 fields back from hand edits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import json
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.controller import metrics
+from deepseek_operator.controller.write_queue import Priority, WriteQueue
 from deepseek_operator.errors import DeepSeekOperatorError
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
-# Worker threads writing concurrently (handlers.configure sizes the executor).
+# Worker threads writing concurrently.
 WRITER_THREADS = 32
 
 
@@ -82,6 +83,7 @@ class KubeClient:
         self._api: Any = None
         self._lock = threading.Lock()
         self._resources: dict[tuple[str, str], Resource] = {}
+        self.queue = WriteQueue(WRITER_THREADS)
 
     def _client(self) -> Any:
         with self._lock:
@@ -223,7 +225,7 @@ class KubeClient:
 
     async def apply(self, obj: dict[str, Any]) -> Any:
         """Server-side apply ``obj`` under our field manager, taking over conflicting fields."""
-        return await asyncio.to_thread(self._apply, obj)
+        return await self.queue.run(Priority.BACKGROUND, functools.partial(self._apply, obj))
 
     def _delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         path = self.resource(api_version, kind).path(namespace, name)
@@ -235,7 +237,10 @@ class KubeClient:
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete a child we no longer render (foreground, so its pods go too)."""
-        await asyncio.to_thread(self._delete, api_version, kind, namespace, name)
+        await self.queue.run(
+            Priority.BACKGROUND,
+            functools.partial(self._delete, api_version, kind, namespace, name),
+        )
 
     def _patch_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> Any:
         path = self.resource(API_VERSION, KIND).path(namespace, name) + "/status"
@@ -257,7 +262,9 @@ class KubeClient:
         self, namespace: str, name: str, uid: str, status: dict[str, Any]
     ) -> Any:
         """Merge-patch the DeepSeekServing's status subresource (uid as precondition)."""
-        return await asyncio.to_thread(self._patch_status, namespace, name, uid, status)
+        return await self.queue.run(
+            Priority.URGENT, functools.partial(self._patch_status, namespace, name, uid, status)
+        )
 
     def _check_owner(self, namespace: str, name: str, uid: str) -> None:
         path = self.resource(API_VERSION, KIND).path(namespace, name)
@@ -273,7 +280,9 @@ class KubeClient:
 
     async def check_owner(self, namespace: str, name: str, uid: str) -> None:
         """Raise :class:`OwnerGone` unless the DeepSeekServing ``uid`` still lives (one GET)."""
-        await asyncio.to_thread(self._check_owner, namespace, name, uid)
+        await self.queue.run(
+            Priority.URGENT, functools.partial(self._check_owner, namespace, name, uid)
+        )
 
     def _failed_create(self, namespace: str, uid: str) -> list[str]:
         # The StatefulSet controller reports a refused pod only as a core/v1 Event on the
@@ -297,4 +306,7 @@ class KubeClient:
 
     async def failed_create(self, namespace: str, uid: str) -> list[str]:
         """The ``FailedCreate`` Event messages on the object ``uid``, newest first (one LIST)."""
-        return await asyncio.to_thread(self._failed_create, namespace, uid)
+        messages: list[str] = await self.queue.run(
+            Priority.URGENT, functools.partial(self._failed_create, namespace, uid)
+        )
+        return messages

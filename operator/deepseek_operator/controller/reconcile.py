@@ -67,6 +67,9 @@ class Outcome:
     # seconds; set while a LeaderWorkerSet misses a StatefulSet, or one of its StatefulSets misses
     # pods, and no Event says why yet (or just after a write of the LeaderWorkerSet)
     recheck_after: float | None = None
+    # a child we wrote changed again while our write was on its way (a controller's update
+    # overtook the response): its owner needs another look once the watch settles
+    children_changed_meanwhile: bool = False
 
 
 def contains(live: Any, desired: Any) -> bool:
@@ -128,6 +131,10 @@ class Reconciler:
         # (namespace, owner) -> (kind, name) -> our last apply response, until the child watch
         # delivers that version (per owner, so a reconcile reads only its own children).
         self._applied: dict[tuple[str, str], dict[ChildKey, Mapping[str, Any]]] = {}
+        # (namespace, owner) -> (kind, name) -> the newest resourceVersion the child watch
+        # delivered while our apply of that child was on its way (0: none yet). The watch can
+        # deliver our own write before its response returns; that echo needs no reconcile.
+        self._in_flight: dict[tuple[str, str], dict[ChildKey, int]] = {}
         # The parsed object per (uid, generation): the spec cannot change without a new
         # generation, and parsing (schema, CEL rules, pydantic) is half a reconcile's CPU.
         self._parsed: dict[tuple[str, str], tuple[str, int, ServingObject]] = {}
@@ -246,6 +253,7 @@ class Reconciler:
         self._locks.pop(key, None)
         self._parsed.pop(key, None)
         self._applied.pop(key, None)
+        self._in_flight.pop(key, None)
 
     def _freshest(self, key: tuple[str, str], body: Mapping[str, Any]) -> Mapping[str, Any]:
         """``body`` with the status we last wrote, if the watch has not delivered it yet."""
@@ -282,6 +290,12 @@ class Reconciler:
         a newer resourceVersion. Once the watch has delivered our version, the store holds it
         and the apply response is dropped (1,000 objects would otherwise keep 2,000 bodies).
         """
+        flying = self._in_flight.get((namespace, owner))
+        if flying is not None and (kind, name) in flying:
+            # Our apply of it has not returned yet: this is its echo or a change that overtook
+            # it; the apply's end decides (see :meth:`_landed`).
+            flying[(kind, name)] = max(flying[(kind, name)], _rv(body))
+            return True
         applied = self._applied.get((namespace, owner)) or {}
         ours = applied.get((kind, name))
         if ours is None or _rv(ours) == 0:
@@ -409,17 +423,36 @@ class Reconciler:
         self._parsed[key] = (uid, generation, obj)
         return obj
 
+    def _landed(
+        self, owner: tuple[str, str], child: ChildKey, response: Any, outcome: Outcome
+    ) -> None:
+        """Our apply of ``child`` ended (``response`` None: it failed): a newer version the watch
+        delivered meanwhile (someone else's write) asks for another reconcile."""
+        flying = self._in_flight.get(owner) or {}
+        seen = flying.pop(child, 0)
+        if not flying:
+            self._in_flight.pop(owner, None)
+        written = _rv(response) if isinstance(response, Mapping) else 0
+        if seen > written:
+            outcome.children_changed_meanwhile = True
+
     async def _apply(self, obj: ServingObject, manifest: dict[str, Any], outcome: Outcome) -> None:
+        owner = (obj.namespace, obj.name)
+        child = (manifest["kind"], manifest["metadata"]["name"])
+        self._in_flight.setdefault(owner, {})[child] = 0
+        response: Any = None
         try:
             response = await self.kube.apply(manifest)
         except Exception as exc:
+            self._landed(owner, child, None, outcome)
             refused = refusal(exc)
-            if refused is None:  # an outage or a server error: kopf's retry handles it
+            if refused is None:  # an outage or a server error: run_reconcile retries
                 raise
             outcome.refused.append(
                 f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"
             )
             return
+        self._landed(owner, child, response, outcome)
         metrics.APPLIES.labels(manifest["kind"]).inc()
         if isinstance(response, dict):
             # managedFields is as large as the object and never read: do not hold it.
