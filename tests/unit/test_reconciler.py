@@ -11,6 +11,7 @@ import copy
 import json
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 from tests.unit.factories import agent_labels, gb200_pool, node
@@ -290,3 +291,41 @@ def test_a_status_only_reconcile_writes_the_status_and_never_a_child() -> None:
     assert [c[0] for c in kube.calls] == ["status"]
     _run(rec, a, gb200_pool())  # a full reconcile applies them
     assert ("apply", "Deployment/a") in kube.calls
+
+
+class EchoingKube(FakeKube):
+    """The child watch delivers a version of each child before the apply's response returns:
+    our own write's echo, or (``overtaken``) a newer write by someone else."""
+
+    def __init__(self, rec_of: Any, overtaken: set[str]) -> None:
+        super().__init__()
+        self.rec_of = rec_of
+        self.overtaken = overtaken
+        self.echoes: list[bool] = []  # what child_observed answered for each early event
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        response = await super().apply(obj)
+        early = copy.deepcopy(response)
+        if f"{obj['kind']}/{obj['metadata']['name']}" in self.overtaken:
+            early["metadata"]["resourceVersion"] = str(self.rv + 50)
+        rec = self.rec_of()
+        self.echoes.append(
+            rec.child_observed("llm", "a", obj["kind"], obj["metadata"]["name"], early)
+        )
+        await asyncio.sleep(0)
+        return response
+
+
+@pytest.mark.parametrize(("overtaken", "changed"), [(set(), False), ({"Service/a"}, True)])
+def test_a_watch_event_before_the_apply_returns_is_an_echo_unless_someone_wrote_after_us(
+    overtaken: set[str], changed: bool
+) -> None:
+    holder: list[Reconciler] = []
+    kube = EchoingKube(lambda: holder[0], overtaken)
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    holder.append(rec)
+    outcome = _run(rec, _body("a"), gb200_pool())
+    # No early event asks for a reconcile by itself; the apply's end decides.
+    assert kube.echoes == [True, True]
+    assert outcome.children_changed_meanwhile is changed
+    assert rec._in_flight == {}

@@ -584,18 +584,20 @@ class OperatorState:
         """Reconcile in ``delay`` seconds; events arriving meanwhile fold into the same
         reconcile, which writes children unless every event that asked for it wanted the status
         only (pod events). An event due sooner than the pending reconcile brings it forward."""
+        widens = not status_only and key not in self.full_wanted
         if not status_only:
             self.full_wanted.add(key)
         due = asyncio.get_running_loop().time() + delay
         pending = self.pending.get(key)
         if pending is not None and not pending.task.done():
-            if pending.trigger in FOLLOW_UPS and trigger not in FOLLOW_UPS:
+            # The reconcile is named after the first event that asked for all it will do: a
+            # follow-up, or a status-only ask that a full one widens, yields its name.
+            if widens or (pending.trigger in FOLLOW_UPS and trigger not in FOLLOW_UPS):
                 pending.trigger = trigger
             if due >= pending.due:
                 return
             pending.task.cancel()  # still asleep (a running one has left ``pending``)
-            if trigger in FOLLOW_UPS:
-                trigger = pending.trigger
+            trigger = pending.trigger
 
         async def later() -> None:
             await asyncio.sleep(delay)
@@ -614,7 +616,10 @@ class OperatorState:
 
         Never raises: a failure is one log line (no traceback) and a retry."""
         if not self.peering.active():
-            return  # a standby: kopf paused this instance, another one acts
+            # A standby: kopf paused this instance, another one acts. Should this one take
+            # over, the object's next event or listing must be reconciled, not taken as seen.
+            self.handled.pop(key, None)
+            return
         try:
             outcome = await self.reconcile(key, trigger=trigger, status_only=status_only)
         except Exception as exc:

@@ -1,0 +1,162 @@
+"""Narrow unit tests of the operator's event bookkeeping (no kopf run, no API server).
+
+* which DeepSeekServing events reconcile (a new object, a new generation, the start-up listing)
+  and which do not (a status echo, a metadata edit, a deletion);
+* how scheduled reconciles fold together and what they are named after (the metric label the
+  e2e tests wait on);
+* the writer queue's order: status writes before child applies when every thread is busy.
+
+``OperatorState.reconcile`` is replaced by a recorder: these tests are about what is asked for,
+not about the reconcile itself (tests/unit/test_reconciler.py, tests/e2e).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from deepseek_operator.controller.handlers import OperatorState
+from deepseek_operator.controller.write_queue import Priority, WriteQueue
+
+KEY = ("llm", "a")
+
+
+def _body(uid: str = "uid-a", generation: int = 1, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "llm", "name": "a", "uid": uid, "generation": generation, **meta},
+        "spec": {},
+    }
+
+
+def test_only_a_new_object_a_new_generation_or_the_start_up_listing_reconciles() -> None:
+    state = OperatorState()
+    assert state.serving_seen(None, _body()) == "resume"  # kopf's initial listing
+    assert state.serving_seen("MODIFIED", _body()) is None  # our own status write's echo
+    labelled = _body(labels={"team": "x"})
+    assert state.serving_seen("MODIFIED", labelled) is None  # metadata only: same generation
+    assert state.stores.body(KEY) == labelled  # but the latest body is kept
+    assert state.serving_seen("MODIFIED", _body(generation=2)) == "update"
+    assert state.serving_seen("DELETED", _body(generation=2)) is None
+    assert state.stores.body(KEY) is None
+    assert state.serving_seen("MODIFIED", _body(generation=2)) is None  # late event of the dead
+    assert state.serving_seen("ADDED", _body(uid="uid-b")) == "create"  # same name, new object
+    assert state.serving_seen("ADDED", _body(uid="uid-c")) == "create"
+    terminating = _body(uid="uid-c", generation=3, deletionTimestamp="2026-12-01T00:00:00Z")
+    assert state.serving_seen("MODIFIED", terminating) is None
+
+
+def test_a_standby_forgets_what_it_skipped_so_a_takeover_reconciles_it() -> None:
+    state = OperatorState(peering="dso", priority=0)
+    asked: list[str] = []
+
+    async def record(key: Any, trigger: str, status_only: bool = False) -> None:
+        asked.append(trigger)
+
+    state.reconcile = record  # type: ignore[method-assign]
+    state.peering.listed_all(
+        {"ns/dso": {"status": {"other": {"priority": 10, "lastseen": "2999-01-01T00:00:00Z"}}}}
+    )
+    assert not state.peering.active()
+    assert state.serving_seen(None, _body()) == "resume"
+    asyncio.run(state.run_reconcile(KEY, "resume"))
+    assert asked == []  # a standby never reconciles
+    state.peering.listed_all({})  # the active peer is gone
+    assert state.serving_seen(None, _body()) == "resume"  # kopf's listing after the takeover
+    asyncio.run(state.run_reconcile(KEY, "resume"))
+    assert asked == ["resume"]
+
+
+def _scheduled(*asks: tuple[float, str, bool], wait: float = 0.5) -> list[tuple[str, bool]]:
+    """Schedule ``asks`` (delay, trigger, status_only) at once; the reconciles that ran."""
+    ran: list[tuple[str, bool]] = []
+
+    async def scenario() -> None:
+        state = OperatorState()
+
+        async def record(key: Any, trigger: str, status_only: bool = False) -> None:
+            ran.append((trigger, status_only))
+
+        state.reconcile = record  # type: ignore[method-assign]
+        for delay, trigger, status_only in asks:
+            state.schedule(KEY, delay, trigger, status_only=status_only)
+        await asyncio.sleep(wait)
+
+    asyncio.run(scenario())
+    return ran
+
+
+@pytest.mark.parametrize(
+    ("asks", "expected"),
+    [
+        # pod events ask for the status only; a node event folded in makes it a full reconcile,
+        # named after the node event
+        ([(0.05, "pods", True), (0.05, "nodes", False)], [("nodes", False)]),
+        ([(0.05, "pods", True), (0.05, "pods", True)], [("pods", True)]),
+        # a sooner child event brings a pending node reconcile forward; it keeps its name
+        ([(5.0, "nodes", False), (0.01, "child", False)], [("nodes", False)]),
+        # a follow-up yields its name to a real event, whichever is due first
+        ([(0.05, "recheck", False), (0.05, "child", False)], [("child", False)]),
+        ([(5.0, "recheck", False), (0.01, "child", False)], [("child", False)]),
+        ([(0.01, "child", False), (5.0, "recheck", False)], [("child", False)]),
+    ],
+)
+def test_events_fold_into_one_reconcile_named_after_the_first_that_asked_for_all_of_it(
+    asks: list[tuple[float, str, bool]], expected: list[tuple[str, bool]]
+) -> None:
+    assert _scheduled(*asks) == expected
+
+
+def test_status_writes_go_before_queued_child_applies_when_every_thread_is_busy() -> None:
+    order: list[str] = []
+    release = threading.Event()
+
+    def call(name: str) -> Any:
+        def run() -> str:
+            if name == "busy":
+                release.wait(10)
+            order.append(name)
+            return name
+
+        return run
+
+    async def scenario() -> list[str]:
+        queue = WriteQueue(1)
+        tasks = [asyncio.create_task(queue.run(Priority.BACKGROUND, call("busy")))]
+        for _ in range(100):  # until the one thread has taken the first call
+            if queue.waiting() == 0:
+                break
+            await asyncio.sleep(0.01)
+        for priority, name in [
+            (Priority.BACKGROUND, "apply-1"),
+            (Priority.BACKGROUND, "apply-2"),
+            (Priority.URGENT, "status-1"),
+            (Priority.URGENT, "status-2"),
+        ]:
+            tasks.append(asyncio.create_task(queue.run(priority, call(name))))
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if queue.waiting() == 4:
+                break
+        release.set()
+        return list(await asyncio.gather(*tasks))
+
+    results = asyncio.run(scenario())
+    assert results == ["busy", "apply-1", "apply-2", "status-1", "status-2"]  # each its own
+    assert order == ["busy", "status-1", "status-2", "apply-1", "apply-2"]
+
+
+def test_a_failing_call_raises_in_its_caller_and_the_thread_goes_on() -> None:
+    def fail() -> None:
+        raise RuntimeError("refused")
+
+    async def scenario() -> str:
+        queue = WriteQueue(1)
+        with pytest.raises(RuntimeError, match="refused"):
+            await queue.run(Priority.URGENT, fail)
+        result: str = await queue.run(Priority.URGENT, lambda: "next")
+        return result
+
+    assert asyncio.run(scenario()) == "next"
