@@ -160,3 +160,45 @@ def test_a_failing_call_raises_in_its_caller_and_the_thread_goes_on() -> None:
         return result
 
     assert asyncio.run(scenario()) == "next"
+
+
+def test_child_writes_are_held_to_their_slots_while_status_writes_flow_and_never_stop() -> None:
+    lock = threading.Lock()
+    running = {"now": 0, "most": 0}
+    status_done = threading.Event()
+    release_status = threading.Event()
+    during: list[int] = []  # background calls finished while the status write still ran
+
+    def child() -> None:
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+        threading.Event().wait(0.02)
+        with lock:
+            running["now"] -= 1
+        if not status_done.is_set():
+            during.append(1)
+
+    def status() -> None:
+        release_status.wait(10)
+        status_done.set()
+
+    async def scenario() -> tuple[int, int]:
+        queue = WriteQueue(8, background_slots=2, quiet_s=0.05)
+        urgent = asyncio.create_task(queue.run(Priority.URGENT, status))
+        await asyncio.sleep(0.05)
+        children = [asyncio.create_task(queue.run(Priority.BACKGROUND, child)) for _ in range(6)]
+        await asyncio.sleep(0.3)  # two at a time: all six done in ~0.06 s, but held to two
+        most_while_status = running["most"]
+        release_status.set()
+        await urgent
+        await asyncio.gather(*children)
+        await asyncio.sleep(0.1)  # status writes have paused
+        running["most"] = 0
+        await asyncio.gather(*(queue.run(Priority.BACKGROUND, child) for _ in range(6)))
+        return most_while_status, len(during), running["most"]
+
+    most_while_status, finished_during, most_when_quiet = asyncio.run(scenario())
+    assert most_while_status == 2  # held to its slots, but not stopped
+    assert finished_during == 6  # they went on, two at a time, while the status write ran
+    assert most_when_quiet > 2  # once status writes pause, every thread takes them
