@@ -4,14 +4,8 @@ The ``kubernetes`` client blocks, so every call runs in a thread. In a burst of 
 calls outnumber the threads; a plain thread pool runs them in arrival order, so an object's
 ``BackendResolved`` status waits behind the child applies of every object before it. Here a
 status write (and the owner check or Event read that decides one) goes before any queued child
-apply or delete; calls of one priority keep their order.
-
-While status writes are flowing (one ran less than ``quiet_s`` ago), child writes are held to
-``background_slots`` threads at once: in a burst of creates they would otherwise take most of
-the API server (a server-side apply costs it several times a status patch) just when every
-new object's ``BackendResolved`` waits on it. Child writes never stop (each waits at most for
-one of those threads), and once status writes pause, every thread takes them. One object
-created on a quiet cluster has its status written, then both its children at once.
+apply or delete; calls of one priority keep their order. Nothing is held back: a free thread
+takes the next call at once.
 """
 
 from __future__ import annotations
@@ -21,7 +15,6 @@ import contextlib
 import heapq
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
@@ -40,18 +33,13 @@ _Item = tuple[int, int, Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.F
 class WriteQueue:
     """Up to ``slots`` threads running queued calls, urgent ones first."""
 
-    def __init__(self, slots: int, background_slots: int = 2, quiet_s: float = 0.5) -> None:
+    def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.background_slots = background_slots
-        self.quiet_s = quiet_s
         self._heap: list[_Item] = []
         self._order = itertools.count()
         self._ready = threading.Condition()
         self._threads = 0
         self._idle = 0
-        self._background_running = 0
-        self._urgent_running = 0
-        self._urgent_at = -float("inf")  # monotonic time the last urgent call ended
 
     async def run(self, priority: Priority, call: Callable[[], Any]) -> Any:
         """Run ``call`` in one of the threads, after every queued call of a higher priority;
@@ -72,47 +60,20 @@ class WriteQueue:
         with self._ready:
             return len(self._heap)
 
-    def _take(self) -> _Item:
-        """The next call this thread may run (the lock held): an urgent one at once, a child
-        write when a background slot is free or status writes have paused."""
-        self._idle += 1
-        while True:
-            if not self._heap:
-                self._ready.wait()
-                continue
-            if self._heap[0][0] == Priority.URGENT or self._background_running < (
-                self.background_slots
-            ):
-                break
-            now = time.monotonic()
-            if self._urgent_running == 0 and now >= self._urgent_at + self.quiet_s:
-                break
-            self._ready.wait(max(self._urgent_at + self.quiet_s - now, 0.01))
-        self._idle -= 1
-        item = heapq.heappop(self._heap)
-        if item[0] == Priority.URGENT:
-            self._urgent_running += 1
-        else:
-            self._background_running += 1
-        return item
-
     def _work(self) -> None:
         while True:
             with self._ready:
-                priority, _order, call, loop, future = self._take()
+                self._idle += 1
+                while not self._heap:
+                    self._ready.wait()
+                self._idle -= 1
+                _priority, _order, call, loop, future = heapq.heappop(self._heap)
             try:
                 result = call()
             except BaseException as exc:  # handed to the awaiting coroutine, which decides
                 _settle(loop, future, None, exc)
             else:
                 _settle(loop, future, result, None)
-            with self._ready:
-                if priority == Priority.URGENT:
-                    self._urgent_running -= 1
-                    self._urgent_at = time.monotonic()
-                else:
-                    self._background_running -= 1
-                    self._ready.notify()
 
 
 def _settle(
