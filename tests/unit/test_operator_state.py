@@ -109,13 +109,23 @@ def test_events_fold_into_one_reconcile_named_after_the_first_that_asked_for_all
     assert _scheduled(*asks) == expected
 
 
+async def _until(condition: Any, timeout: float = 30.0) -> None:
+    """Yield to the loop until ``condition()`` holds (a test failure after ``timeout``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "the queue never reached the state the test needs"
+        await asyncio.sleep(0.01)
+
+
 def test_status_writes_go_before_queued_child_applies_when_every_thread_is_busy() -> None:
     order: list[str] = []
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def call(name: str) -> Any:
         def run() -> str:
             if name == "busy":
+                started.set()
                 release.wait(10)
             order.append(name)
             return name
@@ -125,10 +135,7 @@ def test_status_writes_go_before_queued_child_applies_when_every_thread_is_busy(
     async def scenario() -> list[str]:
         queue = WriteQueue(1)
         tasks = [asyncio.create_task(queue.run(Priority.BACKGROUND, call("busy")))]
-        for _ in range(100):  # until the one thread has taken the first call
-            if queue.waiting() == 0:
-                break
-            await asyncio.sleep(0.01)
+        await _until(started.is_set)  # the one thread runs the first call
         for priority, name in [
             (Priority.BACKGROUND, "apply-1"),
             (Priority.BACKGROUND, "apply-2"),
@@ -136,10 +143,7 @@ def test_status_writes_go_before_queued_child_applies_when_every_thread_is_busy(
             (Priority.URGENT, "status-2"),
         ]:
             tasks.append(asyncio.create_task(queue.run(priority, call(name))))
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if queue.waiting() == 4:
-                break
+        await _until(lambda: queue.waiting() == 4)  # every other call queued behind it
         release.set()
         return list(await asyncio.gather(*tasks))
 
