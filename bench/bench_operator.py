@@ -1037,8 +1037,9 @@ def main(argv: list[str] | None = None) -> int:
         def latency_pair(mode: str, count: int, first: str) -> None:
             """One run of each operator, *first* first (alternated to cancel drift)."""
             for op in (first, "noop" if first == "ours" else "ours"):
+                run = len(latency)  # the same count may be measured more than once
                 namespaces = [
-                    f"bench-{mode}{count}-{created}-{op}-{k}" for k in range(args.namespaces)
+                    f"bench-{mode}{count}-{created}-{op}-r{run}-{k}" for k in range(args.namespaces)
                 ]
                 for ns in namespaces:
                     cp.kubectl("create", "namespace", ns)
