@@ -6,8 +6,9 @@ nothing and creates nothing. Like the real operator it keeps an index of every N
 from a kopf ``on.event`` handler; kopf's own ``@kopf.index`` would make its start-up quadratic in
 Nodes, see ``deepseek_operator/controller/node_watch.py``) and exports how many Nodes it holds as
 the gauge ``deepseek_operator_nodes`` on ``$NOOP_METRICS_PORT`` (as the real operator does), which
-is how the benchmark times its start-up. kopf keeps its bookkeeping in annotations as the real operator
-does (the structural schema prunes unknown ``status`` fields); everything else is kopf's
+is how the benchmark times its start-up. kopf keeps its bookkeeping in annotations (the
+structural schema prunes unknown ``status`` fields), as earlier versions of the real operator
+did (it now uses an event handler and writes no kopf bookkeeping); everything else is kopf's
 defaults (no worker limit), which is what "a minimal kopf operator" means.
 
 Run: ``NOOP_METRICS_PORT=9090 python -m kopf run --standalone -A --quiet bench/noop_operator.py``.
@@ -32,7 +33,7 @@ NODES = Gauge("deepseek_operator_nodes", "Nodes in the no-op operator's index")
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Keep kopf's progress and diff base in annotations, as the real operator does."""
+    """Keep kopf's progress and diff base in annotations (a create handler needs them)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
     )

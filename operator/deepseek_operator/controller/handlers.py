@@ -26,7 +26,6 @@ structural schema prunes.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 import logging
@@ -38,7 +37,7 @@ from typing import Any
 import kopf
 
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import WRITER_THREADS, KubeClient, group_version_prefix
+from deepseek_operator.controller.kube import KubeClient, group_version_prefix
 from deepseek_operator.controller.list_watch import ListWatch
 from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import node_watch
@@ -651,17 +650,14 @@ class OperatorState:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: Any) -> None:
-    """Peering, logging, watching and the writer threads; then start our own watches."""
+    """Peering, logging and watching settings; then start our own watches (API writes run on
+    the :class:`WriteQueue` threads, not on the loop's default executor)."""
     # Two replicas without their peering object would both act: refuse to run instead.
     settings.peering.mandatory = not settings.peering.standalone
     settings.peering.lifetime = PEERING_LIFETIME_S
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
-    # The Kubernetes client blocks; the default pool (cores + 4 threads) serialises bursts.
-    asyncio.get_running_loop().set_default_executor(
-        concurrent.futures.ThreadPoolExecutor(max_workers=WRITER_THREADS, thread_name_prefix="kube")
-    )
     memo.start_watches()
 
 

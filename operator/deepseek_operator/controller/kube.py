@@ -3,8 +3,8 @@
 REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
 the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
 ResourceClaimTemplate) needs no hand-written path. The ``kubernetes`` client is synchronous, so
-every call runs in a worker thread (:class:`WriteQueue`: status writes before child writes). One field manager owns every field we set; ``force`` takes
-fields back from hand edits.
+every call runs in a worker thread (:class:`WriteQueue`: status writes before child writes).
+One field manager owns every field we set; ``force`` takes fields back from hand edits.
 """
 
 from __future__ import annotations
