@@ -1,4 +1,5 @@
-"""Narrow unit tests of two controller parts: the discovery-backed resource table and the node tracker.
+"""Narrow unit tests of controller parts: the discovery-backed resource table, the node tracker,
+the credential hook's throttle and the diff base kopf is given.
 
 The real API server paths are exercised by tests/integration and tests/e2e; these pin down that a
 new kind needs no hand-written path and which Node events count as changes.
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import kopf
 import pytest
 from tests.unit.factories import agent_labels, node
 
-from deepseek_operator.controller.kube import KubeClient, KubeError
+from deepseek_operator.controller.handlers import NoDiffBase
+from deepseek_operator.controller.kube import KubeClient, KubeError, at_most_every
 from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
 from deepseek_operator.nodes.facts import node_facts
 
@@ -215,3 +218,27 @@ def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
     assert [s["metadata"]["name"] for s in stores.lws_statefulsets(("llm", "a"))] == ["a-1"]
     relisted = {"llm/a-1": sts("a-1", "a", 2), "llm/b-0": sts("b-0", "b", 5)}
     assert stores.statefulsets_listed(relisted) == {("llm", "b")}
+
+
+def test_the_credential_hook_runs_once_per_period_not_per_request() -> None:
+    seen: list[object] = []
+    throttled = at_most_every(3600.0, seen.append)
+    for request in range(50):
+        throttled(request)
+    assert seen == [0]  # the first request refreshes; the rest reuse the credentials
+    rerun = at_most_every(0.0, seen.append)
+    rerun("a")
+    rerun("b")
+    assert seen == [0, "a", "b"]  # a zero period is a hook on every request, as the client had
+
+
+def test_kopf_is_given_no_diff_base_to_deep_copy() -> None:
+    body = kopf.Body(
+        {"metadata": {"name": "a", "annotations": {"x": "y"}}, "spec": {"big": [1] * 100}}
+    )
+    storage = NoDiffBase()
+    assert storage.build(body=body) == {}
+    assert storage.fetch(body=body) is None
+    patch = kopf.Patch()
+    storage.store(body=body, patch=patch, essence=kopf.BodyEssence())
+    assert not patch  # nothing is written back to the object

@@ -648,6 +648,24 @@ class OperatorState:
         self.reconciler.gone(key, uid)
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No last-handled state: every handler here is an event handler, which takes no diff.
+
+    kopf computes a diff for every event regardless, from a deep copy of the whole body
+    (``managedFields`` included), about a sixth of the operator's time in a burst of creates."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        """An empty essence (nothing is compared)."""
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """Nothing was stored."""
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        """Nothing is stored (kopf calls this only for change handlers, of which we have none)."""
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: Any) -> None:
     """Peering, logging and watching settings; then start our own watches (API writes run on
@@ -658,6 +676,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
+    settings.persistence.diffbase_storage = NoDiffBase()
     memo.start_watches()
 
 

@@ -13,6 +13,8 @@ import contextlib
 import functools
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,10 @@ from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
 # Worker threads writing concurrently.
 WRITER_THREADS = 32
+
+# How often the client's credential hook runs (a token file or kubeconfig re-read; service
+# account tokens are rotated on a scale of minutes).
+CREDENTIAL_RECHECK_S = 10.0
 
 
 class KubeError(DeepSeekOperatorError):
@@ -73,6 +79,23 @@ def group_version_prefix(api_version: str) -> str:
     return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
 
 
+def at_most_every(period_s: float, hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``hook`` run at most once per ``period_s``; the calls in between do nothing.
+
+    The client runs its credential hook before every request, and the hook re-applies the
+    whole configuration (setting the host re-reads the proxy environment): a tenth of the
+    operator's time in a burst, for a token that changes every few minutes."""
+    due = [0.0]
+
+    def throttled(configuration: Any) -> None:
+        now = time.monotonic()
+        if now >= due[0]:
+            due[0] = now + period_s
+            hook(configuration)
+
+    return throttled
+
+
 class KubeClient:
     """A thread-safe holder of one ``kubernetes.client.ApiClient``, the resource table and our calls."""
 
@@ -98,6 +121,9 @@ class KubeClient:
                 # One kept-alive connection per worker thread (the default, 5 per core, made a
                 # burst discard connections and pay a TLS handshake per request).
                 configuration.connection_pool_maxsize = self.pool_size
+                hook = configuration.refresh_api_key_hook
+                if hook is not None:
+                    configuration.refresh_api_key_hook = at_most_every(CREDENTIAL_RECHECK_S, hook)
                 self._api = client.ApiClient(configuration)
             return self._api
 
@@ -110,24 +136,38 @@ class KubeClient:
         query: list[tuple[str, str]] | None,
         timeout: float | tuple[float, float],
     ) -> Any:
-        """Send one request; the response with its body still unread."""
+        """Send one request; the ``urllib3`` response with its body still unread.
+
+        The body goes out as JSON bytes we encode ourselves (C ``json``): the client's own path
+        walks every object into a fresh copy first (``sanitize_for_serialization``), the
+        largest single cost of a burst of applies."""
+        import urllib3
+
         api = self._client()
-        method_, url, headers, data, post = api.param_serialize(
+        method_, url, headers, _, _ = api.param_serialize(
             method=method,
             resource_path=path,
             query_params=query or [],
             header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
             auth_settings=["BearerToken"],
         )
-        return api.call_api(
-            method_,
-            url,
-            header_params=headers,
-            body=data,
-            post_params=post,
-            _request_timeout=timeout,
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if isinstance(timeout, tuple):
+            limits = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        else:
+            limits = urllib3.Timeout(total=timeout)
+        return api.rest_client.pool_manager.request(
+            method_, url, body=data, headers=headers, timeout=limits, preload_content=False
         )
+
+    def _read(self, response: Any) -> Any:
+        """The decoded JSON body of ``response``; ``ApiException`` for an HTTP error."""
+        from kubernetes.client.exceptions import ApiException
+
+        data = response.read()
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason, body=data)
+        return json.loads(data or b"null")
 
     def _call(
         self,
@@ -137,36 +177,21 @@ class KubeClient:
         content_type: str,
         query: list[tuple[str, str]] | None = None,
     ) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
         metrics.API_REQUESTS.labels(method).inc()
-        response = self._request(method, path, body, content_type, query, 30)
-        response.read()
-        if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason, body=response.data)
-        return json.loads(response.data or b"null")
+        return self._read(self._request(method, path, body, content_type, query, 30))
 
     def list_page(self, path: str, query: list[tuple[str, str]]) -> Any:
         """One page of a LIST (the node watch's; not a reconciler request, so not counted)."""
-        from kubernetes.client.exceptions import ApiException
-
-        response = self._request("GET", path, None, "application/json", query, 60)
-        response.read()
-        if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason, body=response.data)
-        return json.loads(response.data or b"null")
+        return self._read(self._request("GET", path, None, "application/json", query, 60))
 
     def open_watch(self, path: str, query: list[tuple[str, str]], read_timeout: float) -> Any:
         """Start a WATCH; the streaming ``urllib3`` response (its lines are JSON watch events)."""
-        from kubernetes.client.exceptions import ApiException
-
         response = self._request(
             "GET", path, None, "application/json", [*query, ("watch", "true")], (10, read_timeout)
         )
         if response.status >= 400:
-            response.read()
-            raise ApiException(status=response.status, reason=response.reason, body=response.data)
-        return response.response
+            self._read(response)
+        return response
 
     def resource(self, api_version: str, kind: str) -> Resource:
         """Where ``kind`` of ``api_version`` is served, from discovery (cached)."""
