@@ -152,6 +152,42 @@ def test_status_writes_go_before_queued_child_applies_when_every_thread_is_busy(
     assert order == ["busy", "status-1", "status-2", "apply-1", "apply-2"]
 
 
+def test_child_applies_never_hold_the_threads_kept_for_status_writes() -> None:
+    release = threading.Event()
+    running: list[str] = []
+
+    def call(name: str) -> Any:
+        def run() -> str:
+            running.append(name)
+            if name.startswith("apply"):
+                release.wait(10)
+            return name
+
+        return run
+
+    async def scenario() -> list[str]:
+        queue = WriteQueue(3, background_slots=2)
+        applies = [
+            asyncio.create_task(queue.run(Priority.BACKGROUND, call(f"apply-{i}")))
+            for i in range(4)
+        ]
+        await _until(lambda: len(running) == 2 and queue.waiting() == 2)
+        # Two applies hold their two threads; the third thread takes the status write at once
+        # although two applies were queued before it.
+        status = await asyncio.wait_for(queue.run(Priority.URGENT, call("status")), 5)
+        assert sorted(running) == ["apply-0", "apply-1", "status"]
+        release.set()
+        return [status, *await asyncio.gather(*applies)]
+
+    assert asyncio.run(scenario()) == ["status", "apply-0", "apply-1", "apply-2", "apply-3"]
+    assert running[-2:] == ["apply-2", "apply-3"]  # the queued applies ran once slots freed
+
+
+def test_background_slots_must_fit_the_threads() -> None:
+    with pytest.raises(ValueError, match=r"background_slots must be 1\.\.4, not 5"):
+        WriteQueue(4, background_slots=5)
+
+
 def test_a_failing_call_raises_in_its_caller_and_the_thread_goes_on() -> None:
     def fail() -> None:
         raise RuntimeError("refused")

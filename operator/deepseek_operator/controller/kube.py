@@ -23,8 +23,10 @@ from deepseek_operator.controller.write_queue import Priority, WriteQueue
 from deepseek_operator.errors import DeepSeekOperatorError
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
-# Worker threads writing concurrently.
+# Worker threads writing concurrently, and how many of them child applies and deletes may hold
+# (the rest are kept for status writes, which users wait for).
 WRITER_THREADS = 32
+BACKGROUND_WRITERS = 16
 
 # How often the client's credential hook runs (a token file or kubeconfig re-read; service
 # account tokens are rotated on a scale of minutes).
@@ -106,7 +108,7 @@ class KubeClient:
         self._api: Any = None
         self._lock = threading.Lock()
         self._resources: dict[tuple[str, str], Resource] = {}
-        self.queue = WriteQueue(WRITER_THREADS)
+        self.queue = WriteQueue(WRITER_THREADS, BACKGROUND_WRITERS)
 
     def _client(self) -> Any:
         with self._lock:

@@ -4,8 +4,9 @@ The ``kubernetes`` client blocks, so every call runs in a thread. In a burst of 
 calls outnumber the threads; a plain thread pool runs them in arrival order, so an object's
 ``BackendResolved`` status waits behind the child applies of every object before it. Here a
 status write (and the owner check or Event read that decides one) goes before any queued child
-apply or delete; calls of one priority keep their order. Nothing is held back: a free thread
-takes the next call at once.
+apply or delete; calls of one priority keep their order. Background calls hold at most
+``background_slots`` of the threads, so a status write never waits for a thread while child
+applies (each slow under load) hold them all; an urgent call is taken by a free thread at once.
 """
 
 from __future__ import annotations
@@ -31,15 +32,20 @@ _Item = tuple[int, int, Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.F
 
 
 class WriteQueue:
-    """Up to ``slots`` threads running queued calls, urgent ones first."""
+    """Up to ``slots`` threads running queued calls, urgent ones first; background calls in at
+    most ``background_slots`` of them at a time (default: all)."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, background_slots: int | None = None) -> None:
         self.slots = slots
+        self.background_slots = slots if background_slots is None else background_slots
+        if not 1 <= self.background_slots <= slots:
+            raise ValueError(f"background_slots must be 1..{slots}, not {background_slots}")
         self._heap: list[_Item] = []
         self._order = itertools.count()
         self._ready = threading.Condition()
         self._threads = 0
         self._idle = 0
+        self._background = 0  # background calls running
 
     async def run(self, priority: Priority, call: Callable[[], Any]) -> Any:
         """Run ``call`` in one of the threads, after every queued call of a higher priority;
@@ -60,20 +66,33 @@ class WriteQueue:
         with self._ready:
             return len(self._heap)
 
+    def _runnable(self) -> bool:
+        # The heap's first call is urgent whenever any urgent call is queued.
+        if not self._heap:
+            return False
+        return self._heap[0][0] == Priority.URGENT or self._background < self.background_slots
+
     def _work(self) -> None:
         while True:
             with self._ready:
                 self._idle += 1
-                while not self._heap:
+                while not self._runnable():
                     self._ready.wait()
                 self._idle -= 1
-                _priority, _order, call, loop, future = heapq.heappop(self._heap)
+                priority, _order, call, loop, future = heapq.heappop(self._heap)
+                background = priority == Priority.BACKGROUND
+                self._background += background
             try:
                 result = call()
             except BaseException as exc:  # handed to the awaiting coroutine, which decides
                 _settle(loop, future, None, exc)
             else:
                 _settle(loop, future, result, None)
+            if background:
+                with self._ready:
+                    self._background -= 1
+                    if self._heap:  # a background call may have waited for this slot
+                        self._ready.notify()
 
 
 def _settle(
