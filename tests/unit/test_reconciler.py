@@ -105,6 +105,22 @@ def test_two_servings_in_one_namespace_never_touch_each_others_children() -> Non
     assert events == ["a", "b"]  # one decision event each, not one per reconcile
 
 
+def test_the_written_status_is_kept_only_until_the_watch_delivers_it() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    a = _body("a")
+    _run(rec, a, gb200_pool())
+    written_rv, status = rec._written[("llm", "a")]
+    rec.serving_observed(("llm", "a"), a)  # an older version: our status still counts
+    assert rec._freshest(("llm", "a"), a)["status"] == status
+    echo = {**a, "metadata": {**a["metadata"], "resourceVersion": str(written_rv)}}
+    rec.serving_observed(("llm", "a"), {**echo, "status": status})
+    assert ("llm", "a") not in rec._written
+    kube.calls.clear()
+    _run(rec, {**echo, "status": status}, gb200_pool())  # the delivered body is read as it is
+    assert [c for c in kube.calls if c[0] == "status"] == []
+
+
 def test_a_child_deleted_by_hand_is_applied_again() -> None:
     kube = FakeKube()
     rec = Reconciler(kube)  # type: ignore[arg-type]

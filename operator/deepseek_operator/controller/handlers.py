@@ -548,6 +548,7 @@ class OperatorState:
         if self.reconciler.is_gone(body):
             return None  # a late event of an object already deleted
         self.stores.servings[key] = _kept(body)
+        self.reconciler.serving_observed(key, body)
         if meta.get("deletionTimestamp"):
             return None  # finalizers of others hold it; nothing of ours to do
         seen = (uid, int(meta.get("generation") or 0))

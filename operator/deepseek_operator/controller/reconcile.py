@@ -265,6 +265,13 @@ class Reconciler:
             return body
         return {**body, "status": status}
 
+    def serving_observed(self, key: tuple[str, str], body: Mapping[str, Any]) -> None:
+        """The watch delivered ``body``: once it holds the status we last wrote, our copy of
+        that status is not needed any more (1,000 objects would otherwise keep it twice)."""
+        written = self._written.get(key)
+        if written is not None and _rv(body) >= written[0]:
+            del self._written[key]
+
     def _merge_applied(
         self, key: tuple[str, str], live: Mapping[ChildKey, Mapping[str, Any]]
     ) -> dict[ChildKey, Mapping[str, Any]]:
