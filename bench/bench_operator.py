@@ -1007,6 +1007,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="DeepSeekServings of each idle run, one at a time (0: none)")  # fmt: skip
     p.add_argument("--idle-at", type=int_list, default=None,
                    help="node counts with an idle run (default: the smallest and the largest)")  # fmt: skip
+    p.add_argument(
+        "--idle-runs",
+        type=int,
+        default=2,
+        help="idle pairs per size, alternating which operator goes first",
+    )
     p.add_argument("--repeats", type=int, default=2, help="start-ups per operator and node count")
     p.add_argument("--restart-servings", type=int, default=1000,
                    help="DeepSeekServings in place for the restart run (0: none)")  # fmt: skip
@@ -1101,7 +1107,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  start-up {op:<4} {r.startup_s:6.2f}s load {r.load_before:.1f}",
                           file=sys.stderr)  # fmt: skip
             if args.idle_servings and count in idle_at:
-                latency_pair("idle", args.idle_servings, "ours")
+                for run in range(args.idle_runs):
+                    latency_pair("idle", args.idle_servings, "ours" if run % 2 == 0 else "noop")
 
         for i, count in enumerate(args.servings):
             latency_pair("burst", count, "ours" if i % 2 == 0 else "noop")
