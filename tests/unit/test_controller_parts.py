@@ -7,13 +7,14 @@ new kind needs no hand-written path and which Node events count as changes.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import kopf
 import pytest
 from tests.unit.factories import agent_labels, node
 
-from deepseek_operator.controller.handlers import NoDiffBase
+from deepseek_operator.controller.handlers import NoDiffBase, keep_out_of_gc
 from deepseek_operator.controller.kube import KubeClient, KubeError, at_most_every
 from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
 from deepseek_operator.nodes.facts import node_facts
@@ -242,3 +243,13 @@ def test_kopf_is_given_no_diff_base_to_deep_copy() -> None:
     patch = kopf.Patch()
     storage.store(body=body, patch=patch, essence=kopf.BodyEssence())
     assert not patch  # nothing is written back to the object
+
+
+def test_objects_alive_at_a_full_listing_are_kept_out_of_the_collectors_passes() -> None:
+    index = [{"node": i} for i in range(1000)]
+    before = gc.get_freeze_count()
+    try:
+        keep_out_of_gc()
+        assert gc.get_freeze_count() >= before + len(index)
+    finally:
+        gc.unfreeze()  # the rest of the test session collects as usual

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import gc
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -456,6 +457,7 @@ class OperatorState:
         """A full Node listing (at start, or after the watch expired)."""
         changes = self.nodes.replace_all(listed)
         metrics.NODES.set(len(self.nodes))
+        keep_out_of_gc()
         if self.nodes_listed.is_set():
             self.nodes_changed(changes)
         self.nodes_listed.set()
@@ -488,6 +490,7 @@ class OperatorState:
                 self._owner_changed(owner)
         self._unlisted.discard(watch)
         if not self._unlisted:
+            keep_out_of_gc()
             self.children_listed.set()
 
     def child_seen(self, kind: str, type_: str, key: str, body: dict[str, Any]) -> None:
@@ -511,6 +514,7 @@ class OperatorState:
                 self._owner_changed(owner)
         self._unlisted.discard(watch)
         if not self._unlisted:
+            keep_out_of_gc()
             self.children_listed.set()
 
     def statefulset_seen(self, type_: str, key: str, body: dict[str, Any]) -> None:
@@ -649,6 +653,17 @@ class OperatorState:
         self.reconciler.gone(key, uid)
 
 
+def keep_out_of_gc() -> None:
+    """Exempt every object alive now (modules, the Node index, a listing's children) from the
+    cyclic garbage collector's future passes.
+
+    At 10,000 Nodes a full collection walked the whole index with the event loop stopped:
+    35-75 ms each, several a second while the heap grew and more while objects were reconciled
+    (5-10 ms once the index is frozen). Frozen objects are still freed by reference counting
+    when they are dropped."""
+    gc.freeze()
+
+
 class NoDiffBase(kopf.DiffBaseStorage):
     """No last-handled state: every handler here is an event handler, which takes no diff.
 
@@ -678,6 +693,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
     settings.persistence.diffbase_storage = NoDiffBase()
+    keep_out_of_gc()  # everything imported and configured so far lives as long as the process
     memo.start_watches()
 
 
