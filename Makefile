@@ -59,7 +59,7 @@ test: venv cluster-bins vllm-newest lint typecheck ## THE test command: lint, ty
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
 	$(BIN)/python bench/bench_core.py
 
-bench-operator: venv cluster-bins ## operator at scale vs a no-op kopf operator: start-up over 1k-10k nodes, latency idle + burst of 100-1,000 DeepSeekServings; writes bench/results/operator-scale.{json,png} (~9 min on 2 cores)
+bench-operator: venv cluster-bins ## operator at scale vs a no-op kopf operator: start-up over 1k-10k nodes, latency idle + burst of 100-1,000 DeepSeekServings; writes bench/results/operator-scale.{json,png} (~8 min on 2 cores)
 	$(BIN)/python bench/bench_operator.py $(BENCH_ARGS)
 
 demo: venv ## local control plane + kwok GPU nodes + helm install + operator + example; prints `kubectl get dss` and the checks
