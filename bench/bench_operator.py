@@ -10,20 +10,22 @@ a kopf operator that indexes every Node and writes one ``BackendResolved`` statu
 1. Start-up sweep: for each ``--nodes`` count (the cluster grows between them), each operator is
    started ``--repeats`` times; start-up = process start until its ``deepseek_operator_nodes``
    gauge equals the node count. Its CPU seconds and peak RSS (``VmHWM``) at that moment too.
-2. Latency, at the largest node count: an ``idle`` run (``--idle-servings`` DeepSeekServings,
-   one at a time, each created once the previous one is resolved) and ``burst`` runs (each
-   ``--servings`` count created concurrently from ``--threads`` threads). Latency = from the
-   create request until a watch (opened before) shows condition ``BackendResolved`` for the
-   object's generation. Per run: p50/p95/max, time until all are resolved, the operator's CPU
-   seconds and peak RSS, kube-apiserver + etcd CPU, API requests by verb and resource from
-   kube-apiserver's ``/metrics`` (LISTs of nodes and deepseekservings must be 0: no LIST per
-   reconcile), the 1-minute load average before and after. Every object of a run is deleted
-   before the next.
+2. Latency: ``idle`` runs (``--idle-servings`` DeepSeekServings, one at a time, each created
+   once the previous one is resolved; ``--idle-runs`` pairs, alternating which operator goes
+   first) and, at the largest node count, ``burst`` runs (each ``--servings`` count created
+   concurrently from ``--threads`` threads, or at ``--create-rate`` per second). Latency = until
+   a watch (opened before) shows condition ``BackendResolved`` for the object's generation,
+   counted from the object's create request and from its arrival (when it was due to be sent:
+   the burst's start or its slot at ``--create-rate``). Per run: p50/p95/max, time until all
+   are resolved, then, once the operator is quiet again, its CPU seconds and peak RSS,
+   kube-apiserver + etcd CPU, API requests by verb and resource from kube-apiserver's
+   ``/metrics`` (LISTs of nodes and deepseekservings must be 0: no LIST per reconcile), the
+   1-minute load average before and after. Every object of a run is deleted before the next.
 
 Goals (issue 13): start-up at 10,000 Nodes <= 2x the no-op's; idle p50 <= 1.5x, burst p95 <= 1.2x
 the no-op's; 10,000 Nodes x 1,000 DeepSeekServings all resolved with RSS < 300 MB.
 
-Run: ``make bench-operator`` (the full sweep, ~15 min) or e.g. ``.venv/bin/python
+Run: ``make bench-operator`` (the full sweep, ~8 min on 2 cores) or e.g. ``.venv/bin/python
 bench/bench_operator.py --nodes 1000 --servings 200 --repeats 1``; writes
 ``bench/results/operator-scale.json`` and ``.png``. Needs the binaries of ``make cluster-bins``.
 """
@@ -478,16 +480,15 @@ def wait_indexed(op: OperatorProcess, nodes: int, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def settle_quiet(pid: int, timeout: float, busy_share: float = 0.03) -> float:
+def settle_quiet(pid: int, timeout: float, busy_share: float = 0.03) -> None:
     """Wait (up to *timeout*) until process *pid* uses under *busy_share* of a core over a
-    second; the seconds waited."""
+    second."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         before = proc_cpu_seconds(pid)
         time.sleep(1.0)
         if proc_cpu_seconds(pid) - before < busy_share:
-            break
-    return time.monotonic() - start
+            return
 
 
 def load_average() -> float:

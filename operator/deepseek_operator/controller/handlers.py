@@ -485,6 +485,11 @@ class OperatorState:
     def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
         """A full listing of one child kind (at start, or after its watch expired)."""
         changed = self.stores.children_listed(kind, listed)
+        self._listed(watch, changed)
+
+    def _listed(self, watch: str, changed: set[ServingKey]) -> None:
+        """A child watch's full listing is in: once every one has listed, children are known;
+        after that, a relisting reconciles the owners whose children it changed."""
         if self.children_listed.is_set():
             for owner in changed:
                 self._owner_changed(owner)
@@ -509,13 +514,7 @@ class OperatorState:
     def statefulsets_seen(self, watch: str, listed: dict[str, dict[str, Any]]) -> None:
         """A full listing of LeaderWorkerSets' StatefulSets."""
         changed = self.stores.statefulsets_listed(listed)
-        if self.children_listed.is_set():
-            for owner in changed:
-                self._owner_changed(owner)
-        self._unlisted.discard(watch)
-        if not self._unlisted:
-            keep_out_of_gc()
-            self.children_listed.set()
+        self._listed(watch, changed)
 
     def statefulset_seen(self, type_: str, key: str, body: dict[str, Any]) -> None:
         """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves,

@@ -192,7 +192,7 @@ class KubeClient:
             "GET", path, None, "application/json", [*query, ("watch", "true")], (10, read_timeout)
         )
         if response.status >= 400:
-            self._read(response)
+            self._read(response)  # raises the API server's refusal
         return response
 
     def resource(self, api_version: str, kind: str) -> Resource:

@@ -81,7 +81,8 @@ class WriteQueue:
                 self._idle -= 1
                 priority, _order, call, loop, future = heapq.heappop(self._heap)
                 background = priority == Priority.BACKGROUND
-                self._background += background
+                if background:
+                    self._background += 1
             try:
                 result = call()
             except BaseException as exc:  # handed to the awaiting coroutine, which decides
