@@ -267,6 +267,7 @@ class ComputeDomainDriverStandIn:
     def _run(self) -> None:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         api = client.CustomObjectsApi(self.cp.api_client())
         while not self._stop.wait(self.interval):
@@ -275,6 +276,8 @@ class ComputeDomainDriverStandIn:
             except ApiException as exc:
                 if exc.status != 404:  # 404: the CRD is not installed (right now)
                     self.errors.append(f"list ComputeDomains: {exc.status} {exc.reason}")
+                continue
+            except HTTPError:  # kube-apiserver restarting (the fault tests stop it): next round
                 continue
             for domain in domains:
                 if domain["metadata"].get("deletionTimestamp"):
@@ -288,6 +291,8 @@ class ComputeDomainDriverStandIn:
                         "resourceclaimtemplates",
                         body,
                     )
+                except HTTPError:  # kube-apiserver restarting: the next round creates it
+                    break
                 except ApiException as exc:
                     # 409: exists; 404 or 403 "being terminated": the namespace is going away.
                     terminating = exc.status == 403 and "being terminated" in str(exc.body)
