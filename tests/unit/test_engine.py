@@ -684,3 +684,53 @@ def test_decisions_sharing_one_inventory_equal_decisions_on_fresh_ones() -> None
         for previous in (None, PreviousDecision("deep_gemm_mega_moe", "MegaMoESelected")):
             alone = resolve(s, _mixed_fleet(), previous)
             assert resolve(s, shared, previous) == alone, overrides
+
+
+def test_an_agent_family_the_affinity_cannot_match_is_quoted_as_the_deciding_label() -> None:
+    labels = agent_labels("NVIDIA-GB200")
+    labels["gpu.deepseek-operator.io/sm-family"] = "SM100"
+    res = resolve(spec(), inventory(node("gb0", agent=labels)))
+    arch = next(c for c in res.checks if c.name == "GPUArchitecture")
+    assert not arch.passed
+    assert "gpu.deepseek-operator.io/sm-family='SM100' (agent)" in arch.message
+    assert "lower-case" in arch.message
+
+
+def test_an_unknown_agent_nvlink_value_is_quoted_and_not_called_missing() -> None:
+    labels = agent_labels("NVIDIA-GB200", fully_connected="maybe")
+    res = resolve(spec(), inventory(node("gb0", agent=labels)))
+    nvlink = next(c for c in res.checks if c.name == "NVLinkFullyConnected")
+    assert not nvlink.passed
+    assert "gpu.deepseek-operator.io/nvlink.fully-connected='maybe' (agent" in nvlink.message
+    assert "no agent label" not in nvlink.message
+    assert "not an NVSwitch" not in nvlink.message
+
+
+@pytest.mark.parametrize(
+    ("labels", "check", "quoted"),
+    [
+        ({"nvidia.com/gpu.compute.major": "9"}, "GPUArchitecture", "compute.major='9' (GFD)"),
+        (
+            {"gpu.deepseek-operator.io/sm-family": "sm90"},
+            "GPUArchitecture",
+            "sm-family='sm90' (agent)",
+        ),
+        (
+            {"gpu.deepseek-operator.io/nvlink.fully-connected": "false"},
+            "NVLinkFullyConnected",
+            "nvlink.fully-connected='false' (agent)",
+        ),
+        (
+            {"gpu.deepseek-operator.io/nvlink.fully-connected": "unknown"},
+            "NVLinkFullyConnected",
+            "nvlink.fully-connected='unknown' (agent)",
+        ),
+    ],
+)
+def test_every_failed_node_check_quotes_the_label_that_decided(
+    labels: dict[str, str], check: str, quoted: str
+) -> None:
+    res = resolve(spec(), inventory(node("n0", labels=labels)))
+    result = next(c for c in res.checks if c.name == check)
+    assert not result.passed
+    assert quoted in result.message

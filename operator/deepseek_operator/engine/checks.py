@@ -8,12 +8,14 @@ memory fit, the capacity count, or information only) and is what the decision fi
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from deepseek_operator.api.status import Check
 from deepseek_operator.nodes.facts import NodeFacts
-from deepseek_operator.nodes.precedence import SOURCE_PRODUCT
+from deepseek_operator.nodes.precedence import COMPUTE, Fact
 
 # vLLM's exact guard messages (vllm-rules.md §4).
 VLLM_SQRTSOFTPLUS_ONLY = "DeepSeek V4 MegaMoE currently supports sqrtsoftplus routing only."
@@ -73,19 +75,23 @@ def short_list(names: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def describe_products(nodes: Sequence[NodeFacts]) -> str:
-    """'NVIDIA-GB200, CC 10.0' style summary of the products among ``nodes``."""
-    seen: dict[str, str] = {}
+def describe_products(nodes: Sequence[NodeFacts], limit: int = 5) -> str:
+    """'NVIDIA-GB200, CC 10.0, from <the label that decided> (source)' for each kind of node
+    among ``nodes``, then the labels the scheduler cannot match."""
+    seen: dict[tuple[str, str], str] = {}
     for n in nodes:
-        seen.setdefault(n.product or "unknown product", n.cc_text)
-    text = "; ".join(f"{p}, CC {cc}" for p, cc in sorted(seen.items()))
+        seen.setdefault((n.product or "unknown product", COMPUTE.evidence(n.labels)), n.cc_text)
+    groups = [f"{p}, CC {cc}, from {evidence}" for (p, evidence), cc in sorted(seen.items())]
+    text = "; ".join(groups[:limit])
+    if len(groups) > limit:
+        text += f"; and {len(groups) - limit} more kinds"
     problems = sorted({f"{n.name}: {p}" for n in nodes for p in n.label_problems})
-    return text + "".join(f"; {p}" for p in problems[:5])
+    return text + "".join(f"; {p}" for p in problems[:limit])
 
 
-def inferred_note(nodes: Sequence[NodeFacts], source_attr: str, missing: str) -> str:
-    """'; N of them inferred from product (<missing>)' when some facts were inferred."""
-    inferred = [n for n in nodes if getattr(n, source_attr) == SOURCE_PRODUCT]
-    if not inferred:
-        return ""
-    return f"; {len(inferred)} of them inferred from product ({missing})"
+def evidence_counts(nodes: Sequence[NodeFacts], fact: Fact[Any, Any], limit: int = 3) -> str:
+    """'from <label> (source) on N node(s); …': which label decided ``fact`` on ``nodes``."""
+    counts = Counter(fact.evidence(n.labels) for n in nodes)
+    shown = [f"from {evidence} on {count} node(s)" for evidence, count in counts.most_common()]
+    more = f"; and {len(shown) - limit} more" if len(shown) > limit else ""
+    return "; ".join(shown[:limit]) + more

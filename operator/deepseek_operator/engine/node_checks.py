@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from deepseek_operator.engine.checks import (
     CheckCategory,
     CheckResult,
     check,
     describe_products,
-    inferred_note,
+    evidence_counts,
     short_list,
 )
 from deepseek_operator.engine.model_facts import ModelFacts
 from deepseek_operator.engine.placement import NodeRequirement, Placement, memory_shortfall
 from deepseek_operator.names import LWS_INSTALL_HINT
 from deepseek_operator.nodes.facts import NodeFacts
+from deepseek_operator.nodes.precedence import NVLINK, Fact
 
 NODES = CheckCategory.NODES
 
@@ -46,7 +48,7 @@ def gpu_architecture(
     others = [n for n in candidates if not n.is_sm100]
     message = f"{len(sm100)}/{len(candidates)} candidate nodes are SM100"
     if sm100:
-        message += f" ({describe_products(sm100)}){inferred_note(sm100, 'cc_source', 'no agent or CC labels')}"
+        message += f" ({describe_products(sm100)})"
     if others:
         message += f"; not SM100: {describe_products(others)}"
     if not sm100 and vllm_msg:
@@ -82,18 +84,23 @@ def nvlink_fully_connected(
         return check(
             "NVLinkFullyConnected", NODES, "R14", False, "no SM100 candidate node to check"
         )
-    message = (
-        f"{len(connected)}/{len(sm100)} SM100 nodes are fully NVLink-connected"
-        f"{inferred_note(connected, 'nvlink_source', 'no agent NVLink label')}; {len(fits)} of them can hold the "
-        f"{gpus_per_pod}-GPU EP group in one node"
-    )
-    broken = [n.name for n in sm100 if n.nvlink_fully_connected is False]
-    unknown = [n.name for n in sm100 if n.nvlink_fully_connected is None]
+    message = f"{len(connected)}/{len(sm100)} SM100 nodes are fully NVLink-connected"
+    if connected:
+        message += f" ({evidence_counts(connected, NVLINK)})"
+    message += f"; {len(fits)} of them can hold the {gpus_per_pod}-GPU EP group in one node"
+    broken = [n for n in sm100 if n.nvlink_fully_connected is False]
+    unknown = [n for n in sm100 if n.nvlink_fully_connected is None]
     if broken:
-        message += f"; not fully connected: {short_list(broken)}"
+        message += f"; not fully connected: {_named_evidence(broken, NVLINK)}"
     if unknown:
-        message += f"; NVLink unknown (no agent label, product not an NVSwitch/NVL part): {short_list(unknown)}"
+        message += f"; NVLink unknown: {_named_evidence(unknown, NVLINK)}"
     return check("NVLinkFullyConnected", NODES, "R14", bool(fits), message)
+
+
+def _named_evidence(nodes: Sequence[NodeFacts], fact: Fact[Any, Any], limit: int = 5) -> str:
+    """'node: <the label that decided> (source); …' for the first ``limit`` of ``nodes``."""
+    shown = "; ".join(f"{n.name}: {fact.evidence(n.labels)}" for n in nodes[:limit])
+    return shown + (f"; and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
 def as_information(result: CheckResult, note: str) -> CheckResult:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from deepseek_operator import names
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, fabric_usable
-from deepseek_operator.nodes.precedence import MEMORY_MIB, parse_gt_int
+from deepseek_operator.nodes.precedence import COMPUTE, MEMORY_MIB, NVLINK, parse_gt_int
 from deepseek_operator.nodes.taints import blocking_taints
 
 # Agent sm-family values with compute capability >= 10.0 (FlashInfer moe_ep's guard, A9).
@@ -67,13 +67,19 @@ class NodeRequirement:
             return ""
         if kind is Requirement.CC_AT_LEAST_10:
             if node.family not in CC10_PLUS_FAMILIES:
-                return f"compute capability {node.cc_text} below 10.0"
+                return (
+                    f"compute capability {node.cc_text} below 10.0 (from "
+                    f"{COMPUTE.evidence(node.labels)})"
+                )
             return ""
         if not node.is_sm100:
-            return f"not SM100 ({node.product or 'unknown product'}, CC {node.cc_text}, {node.cc_source or 'no labels'})"
+            return (
+                f"not SM100 ({node.product or 'unknown product'}, CC {node.cc_text}, from "
+                f"{COMPUTE.evidence(node.labels)})"
+            )
         if kind is Requirement.MEGA_MOE and node.nvlink_fully_connected is not True:
             state = "unknown" if node.nvlink_fully_connected is None else "false"
-            return f"NVLink not fully connected ({state}, {node.nvlink_source or 'no agent label'})"
+            return f"NVLink not fully connected ({state}, from {NVLINK.evidence(node.labels)})"
         return ""
 
 
@@ -146,7 +152,7 @@ def _base_rejection(spec: DeepSeekServingSpec, node: NodeFacts) -> str:
         if node.labels.get(key) != value:
             return f"does not match spec.nodeSelector {key}={value}"
     if node.taints:
-        blocking = blocking_taints(node, spec.tolerations)
+        blocking = blocking_taints(node, [t.manifest() for t in spec.tolerations])
         if blocking:
             t = blocking[0]
             return f"taint {t.key}={t.value}:{t.effect} not tolerated"

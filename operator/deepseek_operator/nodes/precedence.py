@@ -74,6 +74,10 @@ def parse_exact_int(value: str) -> int | None:
     return int(value) if _CANONICAL_INT.fullmatch(value) is not None else None
 
 
+# What the node agent writes (agent/labels.py); anything else is a hand edit or a foreign writer.
+_AGENT_FAMILY = re.compile(r"sm[1-9][0-9]*0|mixed")
+
+
 def label_problems(labels: Mapping[str, str]) -> tuple[str, ...]:
     """The GPU-fact labels whose raw value the scheduler cannot match, quoted, one line each."""
     problems: list[str] = []
@@ -83,6 +87,12 @@ def label_problems(labels: Mapping[str, str]) -> tuple[str, ...]:
                 f"{key}={labels[key]!r} is not a plain decimal integer, so no affinity term "
                 "can match it"
             )
+    family = labels.get(names.AGENT_SM_FAMILY)
+    if family is not None and _AGENT_FAMILY.fullmatch(family) is None:
+        problems.append(
+            f"{names.AGENT_SM_FAMILY}={family!r} is not a family the affinity matches (the agent "
+            "writes lower-case sm<major>0, e.g. 'sm100', or 'mixed')"
+        )
     for key in (names.AGENT_MEMORY_MIB, names.GFD_MEMORY):
         if key in labels and parse_gt_int(labels[key]) is None:
             problems.append(
@@ -123,6 +133,8 @@ class LabelSource(Generic[FactT, WantedT]):
     # The agent's "unknown" is still the agent's statement: the fact stays unknown and the
     # origin is kept, rather than falling back to a lower source.
     states_unknown: bool = False
+    # The values its writer uses, when it has a fixed set: any other is quoted as a hand edit.
+    values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +154,25 @@ class Fact(Generic[FactT, WantedT]):
                 stated = value is not None or source.states_unknown
                 return value, source.origin if stated else None
         return None, None
+
+    def evidence(self, labels: Mapping[str, str]) -> str:
+        """The label that decides this fact on a node, quoted as written with its source
+        (``gpu.deepseek-operator.io/sm-family='sm100' (agent)``), or which labels are absent.
+
+        Every node message quotes this, so a user can see which label to fix: the deciding
+        label is the first source present, even when its value states nothing usable.
+        """
+        for source in self.sources:
+            if source.key in labels:
+                value = source.read(labels)
+                quoted = f"{source.key}={labels[source.key]!r}"
+                if value is None and not source.states_unknown:
+                    return f"{quoted} ({source.origin}: says nothing of {self.name})"
+                if source.values and labels[source.key] not in source.values:
+                    known = ", ".join(repr(v) for v in source.values)
+                    return f"{quoted} ({source.origin}: none of {known}, so {self.name} is unknown)"
+                return f"{quoted} ({source.origin})"
+        return "no " + " or ".join(s.key for s in self.sources) + " label"
 
     def stating_key(self, labels: Mapping[str, str]) -> str | None:
         """The key of the label that decides this fact (the first source present), or None."""
@@ -206,7 +237,7 @@ COMPUTE: Fact[ComputeFact, Collection[str]] = Fact(
 """The sm family (and compute capability) of a node's GPUs; wanted: a set of families."""
 
 NVLINK: Fact[bool, bool] = Fact(
-    "NVLink fully connected",
+    "NVLink connectivity",
     (
         LabelSource(
             names.AGENT_NVLINK_FULLY_CONNECTED,
@@ -214,6 +245,7 @@ NVLINK: Fact[bool, bool] = Fact(
             read=lambda labels: _tristate(labels[names.AGENT_NVLINK_FULLY_CONNECTED]),
             selector=lambda _: label_in(names.AGENT_NVLINK_FULLY_CONNECTED, ["true"]),
             states_unknown=True,
+            values=("true", "false", "unknown"),
         ),
         LabelSource(
             names.GFD_PRODUCT,
@@ -229,7 +261,7 @@ NVLINK: Fact[bool, bool] = Fact(
 """Whether every GPU pair of the node is NVLink-connected; wanted: True."""
 
 MEMORY_MIB: Fact[int, int] = Fact(
-    "GPU memory (MiB)",
+    "GPU memory",
     (
         # An unparsable value counts as 0, as a `Gt` node-selector requirement would not match it.
         LabelSource(
