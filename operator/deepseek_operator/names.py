@@ -164,6 +164,9 @@ REASON_APPLIED = "Applied"
 """WorkloadApplied is True: the API server accepted every child object."""
 REASON_WORKLOAD_REFUSED = "WorkloadRefused"
 """The API server refused a child object; the message is its own words (retried with backoff)."""
+REASON_FOREIGN_OBJECT = "ForeignObjectInTheWay"
+"""WorkloadApplied is False: an object with a child's name exists and is not this
+DeepSeekServing's (another controller's, or nobody's); the operator never writes over it."""
 REASON_PODS_REFUSED = "PodsRefused"
 """A child's controller cannot create pods (FailedCreate, e.g. Pod Security admission)."""
 
@@ -183,3 +186,5 @@ EVENT_INVALID_SPEC = REASON_INVALID_SPEC
 """Warning event: the spec breaks a static rule."""
 EVENT_WORKLOAD_REFUSED = REASON_WORKLOAD_REFUSED
 """Warning event: the API server refused a child object (its message is in the event)."""
+EVENT_FOREIGN_OBJECT = REASON_FOREIGN_OBJECT
+"""Warning event: a child's name is taken by an object the operator does not own."""

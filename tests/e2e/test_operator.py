@@ -246,16 +246,16 @@ def test_children_are_restored_and_garbage_collected(
     _wait_condition(full_cluster, namespace, "BackendResolved", "True")
     wait_for(
         lambda: (
-            full_cluster.kubectl("get", "svc", "dsv41", "-n", namespace, check=False).returncode
+            full_cluster.kubectl("get", "svc", "dsv41-api", "-n", namespace, check=False).returncode
             == 0
         ),
         timeout=30,
         what="service",
     )
-    full_cluster.kubectl("delete", "service", "dsv41", "-n", namespace)
+    full_cluster.kubectl("delete", "service", "dsv41-api", "-n", namespace)
     wait_for(
         lambda: (
-            full_cluster.kubectl("get", "svc", "dsv41", "-n", namespace, check=False).returncode
+            full_cluster.kubectl("get", "svc", "dsv41-api", "-n", namespace, check=False).returncode
             == 0
         ),
         timeout=30,
@@ -322,7 +322,7 @@ def test_operator_restart_leaves_no_duplicate_or_lost_children(
                 names = full_cluster.kubectl(
                     "get", "deployment,svc,statefulset", "-n", namespace, "-o", "name"
                 ).stdout.split()
-                assert sorted(names) == ["deployment.apps/dsv41", "service/dsv41"]
+                assert sorted(names) == ["deployment.apps/dsv41", "service/dsv41-api"]
                 assert len(_pods(full_cluster, namespace)) == 1
             finally:
                 third.stop()

@@ -8,6 +8,7 @@ new kind needs no hand-written path and which Node events count as changes.
 from __future__ import annotations
 
 import gc
+import json
 from typing import Any
 
 import kopf
@@ -15,7 +16,13 @@ import pytest
 from tests.unit.factories import agent_labels, node
 
 from deepseek_operator.controller.handlers import NoDiffBase, keep_out_of_gc
-from deepseek_operator.controller.kube import KubeClient, KubeError, at_most_every
+from deepseek_operator.controller.kube import (
+    ForeignObject,
+    KubeClient,
+    KubeError,
+    at_most_every,
+    refusal,
+)
 from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
 from deepseek_operator.nodes.facts import node_facts
 
@@ -253,3 +260,96 @@ def test_objects_alive_at_a_full_listing_are_kept_out_of_the_collectors_passes()
         assert gc.get_freeze_count() >= before + len(index)
     finally:
         gc.unfreeze()  # the rest of the test session collects as usual
+
+
+def _http_error(status: int, message: str | None = None) -> Exception:
+    from kubernetes.client.exceptions import ApiException
+
+    body = json.dumps({"kind": "Status", "message": message}).encode() if message else b"oops"
+    return ApiException(status=status, reason="Some Reason", body=body)
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 409, 422, 500, 501])
+def test_every_http_error_answer_to_a_child_write_is_a_refusal_in_the_servers_words(
+    status: int,
+) -> None:
+    # 500 is what the API server answers a server-side apply with duplicate list-map keys.
+    words = "failed to create typed patch object (llm/a; apps/v1, Kind=Deployment): duplicate"
+    refused = refusal(_http_error(status, words))
+    assert refused is not None and refused.status == status and refused.message == words
+    # A body that is not a Status: the HTTP reason phrase, never nothing.
+    unreadable = refusal(_http_error(status))
+    assert unreadable is not None and unreadable.message == "Some Reason"
+
+
+@pytest.mark.parametrize("status", [429, 503, 504])
+def test_try_again_answers_are_retried_as_outages_not_reported(status: int) -> None:
+    assert refusal(_http_error(status, "slow down")) is None
+
+
+def test_connection_failures_and_timeouts_are_not_refusals() -> None:
+    import urllib3
+
+    pool = urllib3.HTTPConnectionPool("127.0.0.1")
+    for exc in (
+        ConnectionRefusedError(111, "refused"),
+        urllib3.exceptions.MaxRetryError(pool, "/api", None),
+        urllib3.exceptions.ReadTimeoutError(pool, "/api", "read timed out"),
+        urllib3.exceptions.ProtocolError("connection reset"),
+        TimeoutError(),
+    ):
+        assert refusal(exc) is None, exc
+
+
+class OneObject(KubeClient):
+    """A KubeClient whose API server holds at most one object (``existing``), and logs calls."""
+
+    def __init__(self, existing: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.existing = existing
+        self.requests: list[str] = []
+
+    def _call(self, method: str, path: str, body: Any, content_type: str, query: Any = None) -> Any:
+        if path == "/api/v1":
+            return {"resources": [{"name": "services", "kind": "Service", "namespaced": True}]}
+        self.requests.append(method)
+        if method == "GET":
+            if self.existing is None:
+                raise _http_error(404, 'services "a-api" not found')
+            return self.existing
+        return {"metadata": {"resourceVersion": "7"}}
+
+
+SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a-api", "namespace": "llm"}}
+
+
+def _owned_by(kind: str, uid: str) -> dict[str, Any]:
+    ref = {"kind": kind, "name": "a", "uid": uid, "controller": True}
+    return {"metadata": {"name": "a-api", "ownerReferences": [ref]}}
+
+
+@pytest.mark.parametrize(
+    ("existing", "written"),
+    [
+        (None, True),  # absent: created
+        (_owned_by("DeepSeekServing", "uid-a"), True),  # ours (the watch lagged): written
+        (_owned_by("LeaderWorkerSet", "uid-l"), False),  # another controller's
+        ({"metadata": {"name": "a-api"}}, False),  # nobody's: a server-side apply would adopt it
+        (_owned_by("DeepSeekServing", "uid-old"), False),  # a deleted object of the same name
+    ],
+)
+def test_a_child_not_seen_yet_is_read_first_and_written_only_when_absent_or_ours(
+    existing: dict[str, Any] | None, written: bool
+) -> None:
+    kube = OneObject(existing)
+    if written:
+        kube._apply(SERVICE, only_if_ours="uid-a")
+        assert kube.requests == ["GET", "PATCH"]
+    else:
+        with pytest.raises(ForeignObject) as caught:
+            kube._apply(SERVICE, only_if_ours="uid-a")
+        assert kube.requests == ["GET"]  # never written over
+        assert caught.value.message.startswith("Service/a-api already exists and ")
+    kube.requests.clear()
+    kube._apply(SERVICE)  # a child the watches show as ours: no read
+    assert kube.requests == ["PATCH"]

@@ -137,7 +137,8 @@ def test_lws_rendered_leader_is_dp_head_workers_headless_with_node_rank_from_wor
     assert kinds == [
         ("ComputeDomain", "dsv4-imex"),
         ("LeaderWorkerSet", "dsv4"),
-        ("Service", "dsv4"),
+        # never "dsv4": that name is LeaderWorkerSet's headless Service (the leader's DNS name)
+        ("Service", "dsv4-api"),
     ]
     lws = objects[1]
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"

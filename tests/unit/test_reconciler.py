@@ -17,7 +17,12 @@ from kubernetes.client.rest import ApiException
 from tests.unit.factories import agent_labels, gb200_pool, node
 from tests.unit.factories import inventory as make_inventory
 
-from deepseek_operator.controller.kube import OwnerGone
+from deepseek_operator.controller.kube import (
+    ForeignObject,
+    OwnerGone,
+    controlled_by,
+    describe_owner,
+)
 from deepseek_operator.controller.reconcile import Reconciler
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
@@ -32,13 +37,20 @@ class FakeKube:
         self.rv = 100
         self.deleted: set[str] = set()  # uids the "API server" no longer has
         self.refuse: dict[str, str] = {}  # "Kind/name" -> the API server's message (HTTP 422)
+        self.refuse_status = 422
+        self.existing: dict[str, dict[str, Any]] = {}  # "Kind/name" -> an object already there
 
-    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> dict[str, Any]:
         child = f"{obj['kind']}/{obj['metadata']['name']}"
+        if only_if_ours is not None:  # KubeClient reads the object first, in the same call
+            self.calls.append(("read", child))
+            there = self.existing.get(child)
+            if there is not None and not controlled_by(there, only_if_ours):
+                raise ForeignObject(obj["kind"], obj["metadata"]["name"], describe_owner(there))
         if child in self.refuse:
             self.calls.append(("refused", child))
             raise ApiException(
-                status=422,
+                status=self.refuse_status,
                 reason="Unprocessable Entity",
                 body=json.dumps({"message": self.refuse[child]}),
             )
@@ -99,7 +111,8 @@ def test_two_servings_in_one_namespace_never_touch_each_others_children() -> Non
     _run(rec, b, inv)
     assert not [c for c in kube.calls if c[0] == "delete"]
     assert sorted(c for c in kube.calls if c[0] == "apply") == [
-        ("apply", "Deployment/a"), ("apply", "Deployment/b"), ("apply", "Service/a"), ("apply", "Service/b"),
+        ("apply", "Deployment/a"), ("apply", "Deployment/b"),
+        ("apply", "Service/a-api"), ("apply", "Service/b-api"),
     ]  # fmt: skip
     assert [c for c in kube.calls if c[0] == "status"] == [("status", "a"), ("status", "b")]
     assert events == ["a", "b"]  # one decision event each, not one per reconcile
@@ -127,11 +140,12 @@ def test_a_child_deleted_by_hand_is_applied_again() -> None:
     inv = gb200_pool()
     a = _body("a")
     _run(rec, a, inv)
-    rec.child_deleted("llm", "Service", "a")
+    rec.child_deleted("llm", "Service", "a-api")
     kube.calls.clear()
     _run(rec, a, inv)
-    # The status is unchanged, so one GET proves the owner still lives before the write.
-    assert kube.calls == [("get", "a"), ("apply", "Service/a")]
+    # The status is unchanged, so one GET proves the owner still lives before the write; the
+    # child the watches no longer show is read before it is written (someone else's may be there).
+    assert kube.calls == [("get", "a"), ("read", "Service/a-api"), ("apply", "Service/a-api")]
 
 
 def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
@@ -143,29 +157,110 @@ def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
     later = copy.deepcopy(written)  # e.g. the Deployment controller's status update
     later["metadata"]["resourceVersion"] = str(int(written["metadata"]["resourceVersion"]) + 5)
     assert not rec.child_observed("llm", "b", "Deployment", "a", echo)  # another owner's child
-    assert rec.child_observed("llm", "a", "Service", "a", echo) is False  # another kind's version
+    assert rec.child_observed("llm", "a", "Service", "a-api", echo) is False  # another kind's
     assert rec.child_observed("llm", "a", "Deployment", "a", echo)
     # The store now holds our version: the apply response is dropped, nothing more is ours.
     assert ("Deployment", "a") not in rec._applied.get(("llm", "a"), {})
     assert not rec.child_observed("llm", "a", "Deployment", "a", later)
     _run(rec, _body("a"), gb200_pool())
-    rec.child_deleted("llm", "Service", "a", "a")
-    assert ("Service", "a") not in rec._applied.get(("llm", "a"), {})
+    rec.child_deleted("llm", "Service", "a-api", "a")
+    assert ("Service", "a-api") not in rec._applied.get(("llm", "a"), {})
 
 
 def test_a_stale_child_of_the_same_serving_is_deleted() -> None:
     kube = FakeKube()
     rec = Reconciler(kube)  # type: ignore[arg-type]
     a = _body("a")
+    ours = [{"kind": "DeepSeekServing", "name": "a", "uid": "uid-a", "controller": True}]
     live = {
         ("StatefulSet", "a-r0-n0"): {
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
-            "metadata": {"name": "a-r0-n0", "resourceVersion": "5"},
-        }
+            "metadata": {"name": "a-r0-n0", "resourceVersion": "5", "ownerReferences": ours},
+        },
+        # The Service an earlier version named after the serving (now "a-api"): ours, so gone.
+        ("Service", "a"): {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "a", "resourceVersion": "6", "ownerReferences": ours},
+        },
     }
     _run(rec, a, gb200_pool(), live)
     assert ("delete", "StatefulSet/a-r0-n0") in kube.calls
+    assert ("delete", "Service/a") in kube.calls
+
+
+def test_an_object_with_our_labels_that_is_not_ours_is_never_deleted_nor_written() -> None:
+    kube = FakeKube()
+    events: list[tuple[str, str, str]] = []
+    rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append((t, r, m)))  # type: ignore[arg-type]
+    earlier = [{"kind": "DeepSeekServing", "name": "a", "uid": "uid-old", "controller": True}]
+    live = {
+        # labelled like our children, owned by nobody: not ours to delete
+        ("Service", "a"): {"kind": "Service", "metadata": {"name": "a", "resourceVersion": "6"}},
+        # the Deployment of a deleted object of the same name, still being garbage-collected
+        ("Deployment", "a"): {
+            "kind": "Deployment",
+            "metadata": {"name": "a", "resourceVersion": "7", "ownerReferences": earlier},
+        },
+    }
+    outcome = _run(rec, _body("a"), gb200_pool(), live)
+    assert not [c for c in kube.calls if c[0] == "delete"]
+    assert ("apply", "Deployment/a") not in kube.calls
+    assert ("apply", "Service/a-api") in kube.calls
+    assert outcome.foreign == [
+        "Deployment/a already exists and belongs to DeepSeekServing/a (uid uid-old): it is not "
+        "this DeepSeekServing's, and the operator does not write over it (delete or rename that "
+        "object)"
+    ]
+    assert outcome.retry_after == 10
+    conditions = {c["type"]: c for c in kube.statuses[-1]["conditions"]}
+    assert conditions["WorkloadApplied"]["status"] == "False"
+    assert conditions["WorkloadApplied"]["reason"] == "ForeignObjectInTheWay"
+    assert conditions["WorkloadApplied"]["message"] == outcome.foreign[0]
+    assert conditions["Ready"]["reason"] == "ForeignObjectInTheWay"
+    assert [e[:2] for e in events if e[1] != "BackendResolved"] == [
+        ("Warning", "ForeignObjectInTheWay")
+    ]
+
+
+def test_a_foreign_object_found_on_create_is_reported_once_backs_off_and_yields_once_gone() -> None:
+    kube = FakeKube()
+    events: list[tuple[str, str, str]] = []
+    rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append((t, r, m)))  # type: ignore[arg-type]
+    # LeaderWorkerSet's headless Service, or anybody's: the watches (our labels) never show it.
+    kube.existing["Service/a-api"] = {
+        "metadata": {
+            "name": "a-api",
+            "ownerReferences": [
+                {"kind": "LeaderWorkerSet", "name": "x", "uid": "u-x", "controller": True}
+            ],
+        }
+    }
+    a, inv = _body("a"), gb200_pool()
+    first = _run(rec, a, inv)
+    assert ("read", "Service/a-api") in kube.calls and ("apply", "Service/a-api") not in kube.calls
+    assert ("apply", "Deployment/a") in kube.calls  # the rest of the workload is written
+    assert first.foreign == [
+        "Service/a-api already exists and belongs to LeaderWorkerSet/x: it is not this "
+        "DeepSeekServing's, and the operator does not write over it (delete or rename that object)"
+    ]
+    assert first.retry_after == 10
+    a["status"] = kube.statuses[-1]
+    assert _run(rec, a, inv).retry_after == 20
+    foreign_events = [e for e in events if e[1] == "ForeignObjectInTheWay"]
+    assert len(foreign_events) == 1 and "LeaderWorkerSet/x" in foreign_events[0][2]
+    # Nobody's object: said so.
+    kube.existing["Service/a-api"] = {"metadata": {"name": "a-api"}}
+    assert "Service/a-api already exists and has no owner:" in _run(rec, a, inv).foreign[0]
+    # Deleted: the next try (the back-off's) creates ours and the condition flips.
+    del kube.existing["Service/a-api"]
+    a["status"] = kube.statuses[-1]
+    done = _run(rec, a, inv)
+    assert not done.foreign and done.retry_after is None
+    assert ("apply", "Service/a-api") in kube.calls
+    conditions = {c["type"]: c for c in kube.statuses[-1]["conditions"]}
+    assert conditions["WorkloadApplied"]["status"] == "True"
 
 
 def test_node_churn_keeps_the_written_decision_without_rewrites() -> None:
@@ -236,7 +331,7 @@ def test_a_deleted_owner_ends_the_work_and_is_never_reconciled_again() -> None:
     # garbage collector deleted the children (the index shows none).
     kube.deleted.add("uid-a")
     rec.child_deleted("llm", "Deployment", "a")
-    rec.child_deleted("llm", "Service", "a")
+    rec.child_deleted("llm", "Service", "a-api")
     kube.calls.clear()
     assert _run(rec, a, inv) is None
     assert kube.calls == [("get", "a")]  # proven gone before any child write
@@ -290,6 +385,48 @@ def test_a_refused_child_is_reported_and_retried_with_growing_backoff() -> None:
     assert conditions["WorkloadApplied"]["reason"] == "Applied"
 
 
+def test_a_server_error_answer_is_a_refusal_too_with_the_same_backoff() -> None:
+    kube = FakeKube()
+    kube.refuse_status = 500
+    kube.refuse["Deployment/a"] = (
+        "failed to create typed patch object (llm/a; apps/v1, Kind=Deployment): "
+        '.spec.template.spec.containers[name="vllm"].env: duplicate entries for key [name="A"]'
+    )
+    events: list[str] = []
+    rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append(r))  # type: ignore[arg-type]
+    a, inv = _body("a"), gb200_pool()
+    first = _run(rec, a, inv)  # never raised (it was retried every 10 s, out of the status)
+    assert first.retry_after == 10 and "duplicate entries" in first.refused[0]
+    conditions = {c["type"]: c for c in kube.statuses[-1]["conditions"]}
+    assert conditions["WorkloadApplied"]["reason"] == "WorkloadRefused"
+    assert "duplicate entries for key" in conditions["WorkloadApplied"]["message"]
+    assert events.count("WorkloadRefused") == 1
+    a["status"] = kube.statuses[-1]
+    assert _run(rec, a, inv).retry_after == 20
+
+
+def test_a_try_again_answer_is_an_ordinary_error_retry() -> None:
+    kube = FakeKube()
+    kube.refuse_status = 429
+    kube.refuse["Deployment/a"] = "too many requests"
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    with pytest.raises(ApiException):
+        _run(rec, _body("a"), gb200_pool())
+
+
+def test_a_status_only_reconcile_leaves_a_false_workload_applied_as_it_is() -> None:
+    kube = FakeKube()
+    kube.existing["Service/a-api"] = {"metadata": {"name": "a-api"}}
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    a = _body("a")
+    _run(rec, a, gb200_pool())
+    a["status"] = kube.statuses[-1]
+    writes = len(kube.statuses)
+    asyncio.run(rec.reconcile(("llm", "a"), lambda: a, gb200_pool, dict, "pods", status_only=True))
+    # it wrote no child, so it cannot say they were all accepted
+    assert len(kube.statuses) == writes
+
+
 def test_a_status_only_reconcile_writes_the_status_and_never_a_child() -> None:
     from deepseek_operator.plan import PodSeen
 
@@ -319,8 +456,8 @@ class EchoingKube(FakeKube):
         self.overtaken = overtaken
         self.echoes: list[bool] = []  # what child_observed answered for each early event
 
-    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        response = await super().apply(obj)
+    async def apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> dict[str, Any]:
+        response = await super().apply(obj, only_if_ours)
         early = copy.deepcopy(response)
         if f"{obj['kind']}/{obj['metadata']['name']}" in self.overtaken:
             early["metadata"]["resourceVersion"] = str(self.rv + 50)
@@ -332,7 +469,7 @@ class EchoingKube(FakeKube):
         return response
 
 
-@pytest.mark.parametrize(("overtaken", "changed"), [(set(), False), ({"Service/a"}, True)])
+@pytest.mark.parametrize(("overtaken", "changed"), [(set(), False), ({"Service/a-api"}, True)])
 def test_a_watch_event_before_the_apply_returns_is_an_echo_unless_someone_wrote_after_us(
     overtaken: set[str], changed: bool
 ) -> None:

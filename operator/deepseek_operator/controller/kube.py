@@ -1,5 +1,9 @@
 """The operator's own Kubernetes writes: server-side apply, status patch, delete.
 
+A child is written only where it is absent or ours (controller owner reference to the
+DeepSeekServing's uid): one the watches have not shown is read first, so an object of someone
+else's in the way is reported (:class:`ForeignObject`), never adopted or fought over.
+
 REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
 the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
 ResourceClaimTemplate) needs no hand-written path. The ``kubernetes`` client is synchronous, so
@@ -14,7 +18,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,16 +54,64 @@ class WriteRefused(DeepSeekOperatorError):
         super().__init__(f"HTTP {status}: {message}")
 
 
+class ForeignObject(DeepSeekOperatorError):
+    """A child's name is taken by an object this DeepSeekServing does not control."""
+
+    def __init__(self, kind: str, name: str, owner: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.owner = owner  # "LeaderWorkerSet/x", "DeepSeekServing/x (uid ...)" or "no owner"
+        whose = "has no owner" if owner == "no owner" else f"belongs to {owner}"
+        self.message = (
+            f"{kind}/{name} already exists and {whose}: it is not this DeepSeekServing's, "
+            "and the operator does not write over it (delete or rename that object)"
+        )
+        super().__init__(self.message)
+
+
+# HTTP answers that mean "not now" rather than "not this": too many requests, unavailable,
+# timed out. They are retried as an outage is; every other error status is a refusal.
+TRY_AGAIN_STATUSES = frozenset({429, 503, 504})
+
+
 def refusal(exc: Exception) -> WriteRefused | None:
-    """The API server's refusal in ``exc`` (4xx), or None for anything else (outage, 5xx)."""
+    """The API server's refusal in ``exc``, or None for a connection failure or a "try again".
+
+    Any HTTP error answer is a refusal, 5xx included: the API server answers 500 "failed to
+    create typed patch object" (a list-map with duplicate keys) or "failed to convert" for a
+    body it will refuse every time, exactly like a 422.
+    """
     status = getattr(exc, "status", None)
-    if not isinstance(status, int) or not 400 <= status < 500 or status == 429:
+    if not isinstance(status, int) or status < 400 or status in TRY_AGAIN_STATUSES:
         return None
     body = getattr(exc, "body", None) or b"{}"
     message = str(getattr(exc, "reason", "") or "")
     with contextlib.suppress(TypeError, ValueError, AttributeError):
         message = str(json.loads(body).get("message") or message)
     return WriteRefused(status, message)
+
+
+def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference with ``controller: true`` of ``body`` (None: it has none)."""
+    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return ref
+    return None
+
+
+def controlled_by(body: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``body``'s controller is the object ``uid`` (the only children we write)."""
+    ref = controller_of(body)
+    return ref is not None and bool(uid) and ref.get("uid") == uid
+
+
+def describe_owner(body: Mapping[str, Any]) -> str:
+    """``body``'s controller as a user names it: ``LeaderWorkerSet/x``, or ``no owner``."""
+    ref = controller_of(body)
+    if ref is None:
+        return "no owner"
+    who = f"{ref.get('kind')}/{ref.get('name')}"
+    return f"{who} (uid {ref.get('uid')})" if ref.get("kind") == KIND else who
 
 
 @dataclass(frozen=True)
@@ -241,18 +293,36 @@ class KubeClient:
         resource = self.resource(obj["apiVersion"], obj["kind"])
         return resource.path(meta.get("namespace", ""), meta["name"])
 
-    def _apply(self, obj: dict[str, Any]) -> Any:
+    def _apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> Any:
+        path = self.object_path(obj)
+        if only_if_ours is not None:
+            try:
+                existing = self._call("GET", path, None, "application/json")
+            except Exception as exc:
+                if getattr(exc, "status", None) != 404:
+                    raise
+            else:
+                if not controlled_by(existing or {}, only_if_ours):
+                    meta = obj["metadata"]
+                    raise ForeignObject(obj["kind"], meta["name"], describe_owner(existing or {}))
         return self._call(
             "PATCH",
-            self.object_path(obj),
+            path,
             obj,
             "application/apply-patch+yaml",
             [("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
 
-    async def apply(self, obj: dict[str, Any]) -> Any:
-        """Server-side apply ``obj`` under our field manager, taking over conflicting fields."""
-        return await self.queue.run(Priority.BACKGROUND, functools.partial(self._apply, obj))
+    async def apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> Any:
+        """Server-side apply ``obj`` under our field manager, taking over conflicting fields.
+
+        ``only_if_ours``: a uid; for a child the watches have not shown us, it is read first
+        (one GET) and written only if absent or controlled by that uid, else
+        :class:`ForeignObject` (a server-side apply would silently adopt an object without
+        owner, or be refused forever for one with another controller)."""
+        return await self.queue.run(
+            Priority.BACKGROUND, functools.partial(self._apply, obj, only_if_ours)
+        )
 
     def _delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         path = self.resource(api_version, kind).path(namespace, name)

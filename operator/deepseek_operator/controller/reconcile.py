@@ -22,7 +22,14 @@ from typing import Any
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import KubeClient, OwnerGone, refusal
+from deepseek_operator.controller.kube import (
+    ForeignObject,
+    KubeClient,
+    OwnerGone,
+    controlled_by,
+    describe_owner,
+    refusal,
+)
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
@@ -30,6 +37,7 @@ from deepseek_operator.errors import SpecError
 from deepseek_operator.names import (
     EVENT_BACKEND_RESOLVED,
     EVENT_BACKEND_UNRUNNABLE,
+    EVENT_FOREIGN_OBJECT,
     EVENT_INVALID_SPEC,
     EVENT_WORKLOAD_REFUSED,
     LWS_KIND,
@@ -63,7 +71,9 @@ class Outcome:
     status_patched: bool = False
     resolution: Resolution | None = None
     refused: list[str] = field(default_factory=list)  # "Kind/name: <the API server's words>"
-    retry_after: float | None = None  # seconds; set while the API server refuses a child
+    # children not written: an object of that name exists and is not ours (ForeignObject words)
+    foreign: list[str] = field(default_factory=list)
+    retry_after: float | None = None  # seconds; set while a child is refused or in the way
     # seconds; set while a LeaderWorkerSet misses a StatefulSet, or one of its StatefulSets misses
     # pods, and no Event says why yet (or just after a write of the LeaderWorkerSet)
     recheck_after: float | None = None
@@ -201,13 +211,13 @@ class Reconciler:
                 raise
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
-        if outcome.refused:
-            failures = self._failures.get(key, 0) + 1
-            self._failures[key] = failures
-            outcome.retry_after = min(BACKOFF_FIRST_S * 2 ** (failures - 1), BACKOFF_MAX_S)
+        blocked = bool(outcome.refused or outcome.foreign)
+        if blocked:
+            self._failures[key] = self._failures.get(key, 0) + 1
+            outcome.retry_after = self.retry_delay(key)
         else:
             self._failures.pop(key, None)
-        metrics.RECONCILES.labels(trigger, "refused" if outcome.refused else "ok").inc()
+        metrics.RECONCILES.labels(trigger, "refused" if blocked else "ok").inc()
         log.info(
             "Reconciled DeepSeekServing",
             extra={
@@ -219,6 +229,7 @@ class Reconciler:
                 "deleted": outcome.deleted,
                 "status_patched": outcome.status_patched,
                 "refused": outcome.refused,
+                "foreign": outcome.foreign,
                 "retry_after": outcome.retry_after,
             },
         )
@@ -242,7 +253,8 @@ class Reconciler:
         self.forget(key)
 
     def retry_delay(self, key: tuple[str, str]) -> float | None:
-        """The backoff before the next try while the API server refuses ``key``'s children."""
+        """The backoff before the next try while ``key``'s children are refused or in the way
+        (the one place the formula lives)."""
         failures = self._failures.get(key, 0)
         return min(BACKOFF_FIRST_S * 2 ** (failures - 1), BACKOFF_MAX_S) if failures else None
 
@@ -333,6 +345,11 @@ class Reconciler:
         status_only: bool = False,
     ) -> Outcome:
         obj = self._parse(body)
+        # The watches select children by our labels; only those this object controls are its
+        # own (read, written, deleted). The rest (a copy of our labels, the children of a
+        # deleted object of the same name) are never adopted, written over or deleted.
+        strangers = {k: v for k, v in live.items() if not controlled_by(v, obj.uid)}
+        live = {k: v for k, v in live.items() if k not in strangers}
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
         leaderworkerset = live.get((LWS_KIND, obj.name))
@@ -355,14 +372,19 @@ class Reconciler:
         for manifest in [] if status_only else desired:
             key = (manifest["kind"], manifest["metadata"]["name"])
             current = live.get(key)
-            if current is None or not contains(current, manifest):
-                writes.append(functools.partial(self._apply, obj, manifest, outcome))
+            if key in strangers:
+                owner = describe_owner(strangers[key])
+                outcome.foreign.append(ForeignObject(key[0], key[1], owner).message)
+            elif current is None or not contains(current, manifest):
+                writes.append(
+                    functools.partial(self._apply, obj, manifest, outcome, current is None)
+                )
                 outcome.applied.append(f"{key[0]}/{key[1]}")
                 if key == (LWS_KIND, obj.name):
                     # Its controller may fail to create a StatefulSet for what we just wrote and
                     # say so only in an Event, changing nothing we watch: look again.
                     outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
-        for (kind, child), child_body in live.items():
+        for (kind, child), child_body in live.items():  # ours only (strangers stay)
             if (kind, child) not in desired_keys and not status_only:
                 api_version = str(child_body.get("apiVersion") or "")
                 writes.append(
@@ -385,15 +407,25 @@ class Reconciler:
             # never recreate children for an owner the API server no longer has.
             await self.kube.check_owner(obj.namespace, obj.name, obj.uid)
         await asyncio.gather(*(write() for write in writes))
-        # WorkloadApplied appears when the API server first refuses a child (and flips to True
-        # once it accepts them); the normal path costs no extra status write.
-        if outcome.refused or _condition_status(status, WORKLOAD_APPLIED) == "False":
+        # WorkloadApplied appears when a child is first refused or in the way (and flips to
+        # True once every child is written); the normal path costs no extra status write.
+        # A status-only reconcile wrote nothing, so it cannot tell: the condition stays.
+        blocked = bool(outcome.refused or outcome.foreign)
+        was_blocked = _condition_status(status, WORKLOAD_APPLIED) == "False"
+        if not status_only and (blocked or was_blocked):
             updated = with_workload_applied(
-                status, outcome.refused, generation=obj.generation, now=_now()
+                status,
+                outcome.refused,
+                generation=obj.generation,
+                now=_now(),
+                foreign=outcome.foreign,
             )
             if updated != status:
+                # Only a change is written and told (one Event per new refusal, not per retry).
                 await self._write_status(serving_key, obj.uid, updated)
                 outcome.status_patched = True
+                if outcome.foreign:
+                    self._event(body, "Warning", EVENT_FOREIGN_OBJECT, "; ".join(outcome.foreign))
                 if outcome.refused:
                     self._event(
                         body,
@@ -443,17 +475,28 @@ class Reconciler:
         if seen > written:
             outcome.children_changed_meanwhile = True
 
-    async def _apply(self, obj: ServingObject, manifest: dict[str, Any], outcome: Outcome) -> None:
+    async def _apply(
+        self, obj: ServingObject, manifest: dict[str, Any], outcome: Outcome, unseen: bool
+    ) -> None:
+        """Write one child; ``unseen``: the watches show no object of its name, so the API
+        server is asked first whether one of someone else's is there."""
         owner = (obj.namespace, obj.name)
         child = (manifest["kind"], manifest["metadata"]["name"])
         self._in_flight.setdefault(owner, {})[child] = 0
         response: Any = None
         try:
-            response = await self.kube.apply(manifest)
+            if unseen:
+                response = await self.kube.apply(manifest, only_if_ours=obj.uid)
+            else:
+                response = await self.kube.apply(manifest)
+        except ForeignObject as exc:
+            self._landed(owner, child, None, outcome)
+            outcome.foreign.append(exc.message)
+            return
         except Exception as exc:
             self._landed(owner, child, None, outcome)
             refused = refusal(exc)
-            if refused is None:  # an outage or a server error: run_reconcile retries
+            if refused is None:  # an outage or a "try again" answer: run_reconcile retries
                 raise
             outcome.refused.append(
                 f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"

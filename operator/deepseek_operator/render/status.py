@@ -103,7 +103,7 @@ def build_status(
             f"{res.requested} cannot run: {res.reason}",
         )
     elif workload is not None and workload.status == "False":
-        ready_reason, ready_msg = (N.REASON_WORKLOAD_REFUSED, workload.message)
+        ready_reason, ready_msg = (workload.reason, workload.message)
     elif pod_refusal and not all_ready:
         ready_reason, ready_msg = (
             N.REASON_PODS_REFUSED,
@@ -234,37 +234,40 @@ def invalid_spec_status(
 
 
 def with_workload_applied(
-    status: Mapping[str, Any], refused: Sequence[str], *, generation: int, now: str
+    status: Mapping[str, Any],
+    refused: Sequence[str],
+    *,
+    generation: int,
+    now: str,
+    foreign: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``status`` with WorkloadApplied set from this reconcile's writes (pure).
 
-    ``refused`` holds one ``Kind/name: <the API server's words>`` per refused child; any refusal
-    also makes Ready False with reason WorkloadRefused and the same message.
+    ``refused`` holds one ``Kind/name: <the API server's words>`` per refused child (any HTTP
+    error answer, 4xx or 5xx); ``foreign`` one sentence per child not written because an object
+    of its name is not ours. Reason ForeignObjectInTheWay when any is in the way (the user's
+    move, not the spec's), WorkloadRefused otherwise; Ready turns False with the same reason
+    and message.
     """
     previous = [S.Condition.model_validate(c) for c in status.get("conditions") or []]
-    ok = not refused
-    message = (
-        "the API server accepted every child object"
-        if ok
-        else "the API server refused " + "; ".join(refused)
-    )[:MAX_CONDITION_MESSAGE]
-    applied = _condition(
-        N.WORKLOAD_APPLIED,
-        ok,
-        N.REASON_APPLIED if ok else N.REASON_WORKLOAD_REFUSED,
-        message,
-        generation,
-        now,
-        previous,
-    )
+    ok = not refused and not foreign
+    parts = list(foreign)
+    if refused:
+        parts.append("the API server refused " + "; ".join(refused))
+    message = ("the API server accepted every child object" if ok else "; ".join(parts))[
+        :MAX_CONDITION_MESSAGE
+    ]
+    if ok:
+        reason = N.REASON_APPLIED
+    else:
+        reason = N.REASON_FOREIGN_OBJECT if foreign else N.REASON_WORKLOAD_REFUSED
+    applied = _condition(N.WORKLOAD_APPLIED, ok, reason, message, generation, now, previous)
     conditions: list[S.Condition] = []
     for cond in previous:
         if cond.type == N.WORKLOAD_APPLIED:
             continue
         if cond.type == N.READY and not ok:
-            cond = _condition(
-                N.READY, False, N.REASON_WORKLOAD_REFUSED, message, generation, now, previous
-            )
+            cond = _condition(N.READY, False, reason, message, generation, now, previous)
         conditions.append(cond)
     conditions.append(applied)
     return {

@@ -130,7 +130,7 @@ def pod_template(
     limits[spec.gpu_resource_name] = gpus
     cache = spec.model_cache
     env = [{"name": "HF_HOME", "value": cache.mount_path}]
-    env += [e for e in spec.env if e.get("name") != "HF_HOME"]
+    env += [e.manifest() for e in spec.env if e.name != "HF_HOME"]
     container: dict[str, Any] = {
         "name": "vllm",
         "image": spec.image,
@@ -181,7 +181,7 @@ def pod_template(
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
-        pod_spec["tolerations"] = list(spec.tolerations)
+        pod_spec["tolerations"] = [t.manifest() for t in spec.tolerations]
     return {
         "metadata": {
             "labels": {**common_labels(obj), **(extra_labels or {})},
@@ -216,15 +216,28 @@ def render_deployment(
     }
 
 
+def service_name(obj: ServingObject) -> str:
+    """The client-facing Service: ``<name>-api``, in both layouts.
+
+    Never ``<name>``: LeaderWorkerSet's controller creates its headless Service under the
+    LeaderWorkerSet's name (ours is ``<name>``) only if no Service of that name exists, and the
+    workers reach their leader (``LWS_LEADER_ADDRESS``, ``<leader-pod>.<name>.<namespace>``) only
+    through it. Its other names, ``<name>-<group index>`` (subdomain policy UniquePerReplica),
+    end in digits; ``-api`` does not. 44 characters at most (``MAX_NAME_LENGTH`` 40), within a
+    Service name's 63.
+    """
+    return f"{obj.name}-api"
+
+
 def render_service(obj: ServingObject, heads_only: bool = False) -> dict[str, Any]:
-    """The ClusterIP Service on the OpenAI-compatible port."""
+    """The ClusterIP Service on the OpenAI-compatible port (:func:`service_name`)."""
     selector = selector_labels(obj)
     if heads_only:
         selector = {**selector, LABEL_ROLE: "head"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
+        "metadata": _metadata(obj, service_name(obj), {LABEL_COMPONENT: "serving"}),
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
