@@ -20,8 +20,8 @@ capabilities those kernels accept, which spellings the parser accepts):
   validation), and whether DeepGEMM's MegaMoE buffer is a torch symmetric-memory rendezvous over the
   EP group (peer GPU memory: NVLink between every rank, across nodes only inside one multi-node
   NVLink domain);
-- `serve`: `vllm serve`'s options (every option string with its dest, whether it takes a value, its
-  choices) and the parser's spelling rules (abbreviations, `_` for `-`, `--no-` forms, `--x.key`).
+- `serve`: `vllm serve`'s options (every option string with its dest, whether it takes a value, how
+  many values it takes (`values`: none, one, optional or many), its choices) and the parser's spelling rules (abbreviations, `_` for `-`, `--no-` forms, `--x.key`).
 """
 
 from __future__ import annotations
@@ -137,6 +137,17 @@ def _accepts(top: argparse.ArgumentParser, argv: list[str]) -> bool:
     return True
 
 
+def _values(nargs: Any) -> str:
+    """How many command-line items an option consumes after it, from its argparse ``nargs``."""
+    if nargs == 0:
+        return "none"
+    if nargs is None or nargs == 1:
+        return "one"
+    if nargs == argparse.OPTIONAL:
+        return "optional"
+    return "many"  # '*', '+', argparse.REMAINDER or a count above 1
+
+
 def serve_options() -> dict[str, Any]:
     """`vllm serve`'s option table and the spelling rules its parser applies."""
     top, serve = vllm_cli.build_parsers()
@@ -149,6 +160,7 @@ def serve_options() -> dict[str, Any]:
             options[option] = {
                 "dest": action.dest,
                 "takes_value": takes_value,
+                "values": _values(action.nargs),
                 "choices": sorted(map(str, action.choices)) if action.choices else None,
             }
     model = "org/model"

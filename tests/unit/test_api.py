@@ -90,6 +90,7 @@ def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
         "spec.parallelism": spec["properties"]["parallelism"],
         "spec.engine": spec["properties"]["engine"],
         "spec.model": spec["properties"]["model"],
+        "spec.engine.extraArgs": spec["properties"]["engine"]["properties"]["extraArgs"]["items"],
     }
     attached = sorted(
         (scope, v["rule"], v["message"], v.get("fieldPath"))
@@ -97,7 +98,7 @@ def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
         for v in node["x-kubernetes-validations"]
     )
     # Every rule's whole CEL expression, at the schema node it runs on, with its message.
-    expected = sorted((r.scope, r.cel, r.message, r.field_path) for r in SPEC_RULES)
+    expected = sorted((r.scope, r.cel, r.message, r.field_path or None) for r in SPEC_RULES)
     assert attached == expected
 
 
@@ -113,7 +114,8 @@ def test_invalid_fixtures_are_refused_with_the_rules_message(path: pathlib.Path)
     with pytest.raises(SpecError) as caught:
         parse_serving(yaml.safe_load(path.read_text()))
     assert caught.value.message == rule.message
-    assert caught.value.field_path == rule.full_path
+    # A per-item rule names the item: spec.engine.extraArgs[0].
+    assert caught.value.field_path == rule.full_path + ("[0]" if rule.per_item else "")
     assert rule.full_path in str(caught.value)
 
 
@@ -209,11 +211,17 @@ def test_every_abbreviation_of_an_owned_flag_is_refused_in_extra_args(flag: str)
 
 
 @pytest.mark.parametrize(
-    "arg",
-    ["--language-model-only", "--tokenizer=deepseek-ai/x", '--kernel-config={"a":1}', "-1", "x"],
+    "args",
+    [
+        ["--language-model-only"],
+        ["--tokenizer=deepseek-ai/x"],
+        ['--kernel-config={"a":1}'],
+        ["--seed", "-1"],
+        ["--tokenizer", "x"],
+    ],
 )
-def test_flags_of_their_own_pass_extra_args(arg: str) -> None:
-    parse_spec({"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": [arg]}})
+def test_flags_of_their_own_pass_extra_args(args: list[str]) -> None:
+    parse_spec({"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": args}})
 
 
 def _hf_override_spellings(key: str) -> list[list[str]]:

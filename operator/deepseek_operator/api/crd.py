@@ -134,6 +134,10 @@ def _attach_rules(spec_schema: dict[str, Any]) -> None:
         "spec.parallelism": spec_schema["properties"]["parallelism"],
         "spec.engine": spec_schema["properties"]["engine"],
         "spec.model": spec_schema["properties"]["model"],
+        # Per-item rules run on each item, so the API server names the item's index.
+        "spec.engine.extraArgs": spec_schema["properties"]["engine"]["properties"]["extraArgs"][
+            "items"
+        ],
     }
     for scope, node in targets.items():
         rules = rules_for_scope(scope)
@@ -142,7 +146,7 @@ def _attach_rules(spec_schema: dict[str, Any]) -> None:
                 {
                     "rule": r.cel,
                     "message": r.message,
-                    "fieldPath": r.field_path,
+                    **({"fieldPath": r.field_path} if r.field_path else {}),
                     "reason": "FieldValueInvalid",
                 }
                 for r in rules

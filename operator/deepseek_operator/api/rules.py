@@ -9,10 +9,12 @@ depends on nodes or on catalog facts is a status condition, never an admission e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deepseek_operator.api import extra_args
 from deepseek_operator.api.backends import (
     EPLB_REFUSED_BACKENDS,
     MEGA_MOE_BACKENDS,
@@ -139,11 +141,19 @@ class SpecRule:
     message: str
     holds: Callable[[DeepSeekServingSpec], bool]
     value: Callable[[DeepSeekServingSpec], Any]
+    # Runs on each item of the list at ``scope`` (the API server then names the item's index).
+    per_item: bool = False
+    # The offending item's path, e.g. ``spec.engine.extraArgs[2]`` (per-item rules).
+    path_of: Callable[[DeepSeekServingSpec], str] | None = None
 
     @property
     def full_path(self) -> str:
         """The offending field's path from the object root, e.g. ``spec.moeBackend``."""
         return self.scope + self.field_path
+
+    def refusal_path(self, spec: DeepSeekServingSpec) -> str:
+        """Where ``spec`` breaks this rule: the item's path for a per-item rule."""
+        return self.path_of(spec) if self.path_of else self.full_path
 
 
 def _mega_requires_ep(spec: DeepSeekServingSpec) -> bool:
@@ -488,6 +498,106 @@ _EXTRA_ARGS_RULES: tuple[SpecRule, ...] = (
 )
 
 
+_EARLIER_ARG_RULES = (
+    "ExtraArgsDoNotOverrideTypedFields",
+    "ExtraArgsDoNotOverrideModelConfig",
+    "ExtraArgsRedundantExpertsSpelling",
+)
+_LIST_PREFIX = "!has(self.extraArgs) || self.extraArgs.all(a, "
+
+
+def _item_cel(rule: SpecRule) -> str:
+    """The per-item body (over ``a``) of a rule written as ``self.extraArgs.all(a, …)``."""
+    assert rule.cel.startswith(_LIST_PREFIX) and rule.cel.endswith(")")
+    return rule.cel[len(_LIST_PREFIX) : -1]
+
+
+def _option_ok(arg: str) -> bool:
+    # Items an earlier extraArgs rule refuses are left to it (its message is more specific).
+    return (
+        extra_args.option_ok(arg)
+        or _owns(arg)
+        or _mentions_model_config_key(arg)
+        or not canonical_redundant_experts_arg(arg)
+    )
+
+
+def _first_bad_option(spec: DeepSeekServingSpec) -> int:
+    return next(i for i, a in enumerate(spec.engine.extra_args) if not _option_ok(a))
+
+
+def _first_bad_value(spec: DeepSeekServingSpec) -> int:
+    index = extra_args.first_bad_value(list(spec.engine.extra_args))
+    return -1 if index is None else index
+
+
+# extraArgs read as vLLM's parser reads them (api/extra_args.py): an option no supported release
+# has, in any spelling, crash-loops the pod ("unrecognized arguments").
+_VLLM_ARGV_RULES: tuple[SpecRule, ...] = (
+    SpecRule(
+        name="ExtraArgsAreVLLMOptions",
+        scope="spec.engine.extraArgs",
+        field_path="",
+        # An item an earlier extraArgs rule refuses gets that rule's more specific message.
+        cel=(
+            f"{extra_args.OPTION_CEL} || [self].exists(a, "
+            + " || ".join(
+                f"!({_item_cel(r)})"
+                for r in _CROSS_FIELD_RULES + _EXTRA_ARGS_RULES
+                if r.name in _EARLIER_ARG_RULES
+            )
+            + ")"
+        ),
+        message=extra_args.TEXTS.option,
+        holds=lambda s: all(_option_ok(a) for a in s.engine.extra_args),
+        value=lambda s: s.engine.extra_args[_first_bad_option(s)],
+        per_item=True,
+        path_of=lambda s: f"spec.engine.extraArgs[{_first_bad_option(s)}]",
+    ),
+    SpecRule(
+        name="ExtraArgsValuesFollowAnOption",
+        scope="spec.engine",
+        field_path=".extraArgs",
+        cel=extra_args.VALUES_CEL,
+        message=extra_args.VALUES_MESSAGE,
+        holds=lambda s: extra_args.first_bad_value(list(s.engine.extra_args)) is None,
+        value=lambda s: s.engine.extra_args[_first_bad_value(s)],
+    ),
+)
+
+# spec.model.name is the positional model of `vllm serve`: a Hugging Face repo id (huggingface_hub's
+# validate_repo_id: [owner/]name of letters, digits, '_', '-', '.', each part starting and ending
+# with a letter, digit or '_', no '--' or '..', the name at most 96 characters) or an absolute path.
+HF_REPO_ID = r"^([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?/)?[A-Za-z0-9_]([A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?$"
+
+
+def _model_name_ok(spec: DeepSeekServingSpec) -> bool:
+    name = spec.model.name
+    if name.startswith("/"):
+        return re.search(extra_args.CONTROL, name) is None
+    return re.match(HF_REPO_ID, name) is not None and "--" not in name and ".." not in name
+
+
+MODEL_NAME_RULE = SpecRule(
+    name="ModelNameIsARepoIdOrPath",
+    scope="spec.model",
+    field_path=".name",
+    cel=(
+        "!has(self.name) || (self.name.startsWith('/') ? "
+        f"!self.name.matches(r'{extra_args.CONTROL}') : "
+        f"(self.name.matches(r'{HF_REPO_ID}') && !self.name.contains('--') && "
+        "!self.name.contains('..')))"
+    ),
+    message=(
+        "spec.model.name must be a Hugging Face repo id ([owner/]name: letters, digits, '_', '-' "
+        "and '.', each part starting and ending with a letter, digit or '_', no '--' or '..', "
+        "the name at most 96 characters) or an absolute path without control characters"
+    ),
+    holds=_model_name_ok,
+    value=lambda s: s.model.name,
+)
+
+
 def _or_one(path: str) -> str:
     """CEL for an optional size field read as its default 1 when unset."""
     *parent, leaf = path.split(".")
@@ -601,7 +711,14 @@ DASH_RULES: tuple[SpecRule, ...] = tuple(
     for scope, field, attr in _FLAG_VALUE_FIELDS
 )
 
-SPEC_RULES = _CROSS_FIELD_RULES + _EXTRA_ARGS_RULES + BOUND_RULES + DASH_RULES
+SPEC_RULES = (
+    _CROSS_FIELD_RULES
+    + _EXTRA_ARGS_RULES
+    + _VLLM_ARGV_RULES
+    + BOUND_RULES
+    + DASH_RULES
+    + (MODEL_NAME_RULE,)
+)
 """Every static rule, in the order they are checked."""
 
 

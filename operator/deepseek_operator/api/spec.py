@@ -274,7 +274,9 @@ class DeepSeekServingSpec(ApiModel):
                 spec._moe_backend_as_written = written
         for rule in SPEC_RULES:
             if not rule.holds(spec):
-                raise SpecError(rule.full_path, rule.value(spec), rule.message)
+                raise SpecError(
+                    rule.refusal_path(spec), rule.value(spec), rule.message
+                )
         return spec
 
     @property

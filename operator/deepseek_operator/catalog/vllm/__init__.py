@@ -26,6 +26,9 @@ class ServeOption:
     dest: str  # the argparse dest it sets (several option strings may share one)
     takes_value: bool
     choices: tuple[str, ...] | None
+    # How many items it consumes after it: "none", "one", "optional" or "many" (argparse nargs).
+    # Releases exported before extract.py recorded it read as "one" (or "none" for a flag).
+    values: str = "one"
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ def vllm_release(release: str) -> VllmRelease:
             dest=o["dest"],
             takes_value=o["takes_value"],
             choices=tuple(o["choices"]) if o["choices"] is not None else None,
+            values=o.get("values", "one" if o["takes_value"] else "none"),
         )
         for name, o in data["serve"]["options"].items()
     }
