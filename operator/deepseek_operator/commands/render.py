@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +45,108 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
+# go-yaml's plain floats (what kubectl's sigs.k8s.io/yaml decodes): 1e3 and 1e+308 are numbers
+# there, strings to PyYAML's YAML 1.1 resolver, which wants a '.'.
+_GO_YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+
+
+class _KubectlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading plain scalars as kubectl's YAML decoder does."""
+
+
+_KubectlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", _GO_YAML_FLOAT, list("-+.0123456789")
+)
+
+
+def _go_float(loader: _KubectlLoader, node: yaml.ScalarNode) -> Any:
+    text = loader.construct_scalar(node).replace("_", "")
+    if not _GO_YAML_FLOAT.match(text):
+        return yaml.SafeLoader.construct_yaml_float(loader, node)
+    value = float(text)
+    # Go's ParseFloat refuses an out-of-range value and go-yaml then keeps the string.
+    return text if math.isinf(value) else value
+
+
+_KubectlLoader.add_constructor("tag:yaml.org,2002:float", _go_float)
+
+
+def _alias_ratio_allowed(decoded: int) -> float:
+    """go-yaml's allowedAliasRatio: 99% of a small document may be alias expansion, 10% of a big one."""
+    low, high = 400_000, 4_000_000
+    if decoded <= low:
+        return 0.99
+    if decoded >= high:
+        return 0.10
+    return 0.99 - 0.89 * (decoded - low) / (high - low)
+
+
+def _check_aliasing(root: yaml.Node) -> None:
+    """Refuse what go-yaml refuses as "document contains excessive aliasing", without expanding.
+
+    go-yaml counts every node it decodes (an alias decodes its target again) and the nodes
+    decoded inside an alias, and fails once more than 100 of over 1,000 decoded nodes came from
+    aliases at a ratio above :func:`_alias_ratio_allowed`. Inside one alias both counts grow
+    together, so the ratio is highest where the alias ends: checking there and at every plain node
+    sees every failure, while each node's expanded size is computed once (PyYAML shares an
+    alias's node with its anchor, so the walk costs the file's size, not the expansion's).
+    """
+    sizes: dict[int, int] = {}
+
+    def expanded(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(expanded(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(expanded(k) + expanded(v) for k, v in node.value)
+        sizes[id(node)] = total
+        return total
+
+    decoded = aliased = 0
+    seen: set[int] = set()
+
+    def visit(node: yaml.Node) -> None:
+        nonlocal decoded, aliased
+        if id(node) in seen:  # an alias: its target decoded again, every node of it aliased
+            size = expanded(node)
+            decoded += 1 + size
+            aliased += size
+        else:
+            seen.add(id(node))
+            decoded += 1
+            children: list[yaml.Node] = []
+            if isinstance(node, yaml.SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                children = [n for pair in node.value for n in pair]
+            for child in children:
+                visit(child)
+        if aliased > 100 and decoded > 1000 and aliased / decoded > _alias_ratio_allowed(decoded):
+            raise yaml.YAMLError("document contains excessive aliasing")
+
+    visit(root)
+
+
+def _parse_yaml(text: str) -> list[Any]:
+    """Every document of ``text`` as kubectl decodes it (empty documents stay None)."""
+    loader = _KubectlLoader(text)
+    try:
+        documents = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                documents.append(None)
+                continue
+            _check_aliasing(node)
+            documents.append(loader.construct_document(node))
+        return documents
+    finally:
+        loader.dispose()
+
+
 def _load_yaml_documents(path: str, what: str) -> list[Any]:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -50,7 +154,9 @@ def _load_yaml_documents(path: str, what: str) -> list[Any]:
     except OSError as exc:
         raise InputError(f"{what} {path}: cannot read: {exc.strerror}") from None
     try:
-        return list(yaml.safe_load_all(text))  # empty documents stay as None: indices count them
+        return _parse_yaml(text)  # empty documents stay as None: indices count them
+    except RecursionError:
+        raise InputError(f"{what} {path}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
