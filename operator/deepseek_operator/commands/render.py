@@ -134,7 +134,7 @@ def _parse_yaml(text: str) -> list[Any]:
     """Every document of ``text`` as kubectl decodes it (empty documents stay None)."""
     loader = _KubectlLoader(text)
     try:
-        documents = []
+        documents: list[Any] = []
         while loader.check_node():
             node = loader.get_node()
             if node is None:
