@@ -194,3 +194,201 @@ def hostile(draw: st.DrawFn) -> dict[str, Any]:
             if isinstance(parent, dict):
                 parent.pop(path[-1], None)
     return doc
+
+
+# --- embedded core/v1 parts (issue 26): values for the fields that end up in the pod template ---
+# Each strategy mixes values the apps API accepts with values it refuses (formats, required
+# fields, enums, wrong types, uniqueness, reserved paths), so a property test can send the same
+# value in a Deployment and in a DeepSeekServing and compare the verdicts. Left out on purpose
+# (admission is stricter there and says so): hugepages-<size> resources, fileKeyRef env sources,
+# non-canonical divisor spellings, quantity strings longer than 64 characters, and the env name
+# HF_HOME (the operator sets it and drops the user's).
+
+_ASCII_PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F))
+_ODD_CHARS = "=\n\té\x7f"
+ENV_NAMES = st.one_of(
+    st.sampled_from(["VLLM_USE_DEEP_GEMM", "A", "my.env-name", "1ABC", "a b", "", "A=B", "Ä"]),
+    st.text(alphabet=_ASCII_PRINTABLE + _ODD_CHARS, min_size=0, max_size=12),
+).filter(lambda n: n != "HF_HOME")
+LABEL_KEYS = st.one_of(
+    st.sampled_from(
+        [
+            "nvidia.com/gpu.product",
+            "kubernetes.io/hostname",
+            "pool",
+            "a/b/c",
+            "/x",
+            "x/",
+            "Upper.Case/x",
+            "-x",
+            "x_",
+            "a" * 63,
+            "a" * 64,
+            "p" * 254 + "/x",
+            "p" * 253 + "/x",
+            "",
+        ]
+    ),
+    st.from_regex(r"([a-z0-9.-]{1,8}/)?[A-Za-z0-9._-]{1,8}", fullmatch=True),
+)
+LABEL_VALUES = st.one_of(
+    st.sampled_from(["", "true", "SM100", "a" * 63, "a" * 64, "-x", "x-", "a b", "a_b.c"]),
+    st.from_regex(r"[A-Za-z0-9._-]{0,8}", fullmatch=True),
+    st.sampled_from([1, True, None, 1.5]),
+)
+QUANTITIES = st.one_of(
+    st.sampled_from(
+        [
+            *("1", "16", "500m", "0.5", "1.5", "1Ki", "256Gi", "1e3", "1E3", "+1", ".5", "1."),
+            *("0", "abc", "-1", "", " 1", "1 ", "1e1.5", "1Kb", "1ki", "1.5.5", "--1", "1e"),
+        ]
+    ),
+    st.from_regex(r"[+-]?[0-9.]{1,4}(Ki|Mi|Gi|m|k|M|G|e[0-9]|e-[0-9]|E)?", fullmatch=True),
+    st.sampled_from([0, 1, 4, 16, -1, 2, True, 1.5, None]),
+)
+RESOURCE_NAMES = st.sampled_from(
+    [
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "example.com/foo",
+        "example.com/Foo_1.x",
+        "amd.com/gpu",
+        "kubernetes.io/foo",
+        "a.kubernetes.io/foo",
+        "requests.example.com/foo",
+        "foo",
+        "Cpu",
+        "pods",
+        "storage",
+        "",
+        "example.com/",
+        "/foo",
+        "a/b/c",
+        "Example.com/foo",
+        "p" * 245 + "/x",
+        "p" * 244 + "/x",
+    ]
+)
+GPU_RESOURCE_NAMES = st.one_of(
+    RESOURCE_NAMES,
+    st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "gpu", "nvidia.com/gpu "]),
+    st.from_regex(r"[a-z0-9.-]{1,10}/[A-Za-z0-9._-]{1,10}", fullmatch=True),
+)
+STRING_OR_ODD = st.one_of(st.text(max_size=6), st.sampled_from([1, True, None, [], {}]))
+
+
+@st.composite
+def env_lists(draw: st.DrawFn) -> list[Any]:
+    """A spec.env list: names, literal and typed values, valueFrom sources, duplicates."""
+    items: list[Any] = []
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        item: dict[str, Any] = {}
+        if draw(st.integers(min_value=0, max_value=9)) > 0:
+            item["name"] = draw(ENV_NAMES)
+        else:
+            item["name"] = draw(st.sampled_from([1, None, True]))
+        choice = draw(st.sampled_from(["value", "value", "odd", "from", "from", "both", "none"]))
+        if choice in ("value", "both"):
+            item["value"] = draw(st.one_of(st.text(max_size=6), st.just("")))
+        if choice == "odd":
+            item["value"] = draw(st.sampled_from([1, 3600, 1.5, True, ["a"], {"a": "b"}]))
+        if choice in ("from", "both"):
+            item["valueFrom"] = draw(value_from())
+        items.append(item)
+    if draw(st.booleans()) and isinstance(items[0].get("name"), str):
+        items.append({"name": items[0]["name"], "value": "dup"})
+    return items
+
+
+@st.composite
+def value_from(draw: st.DrawFn) -> dict[str, Any]:
+    """An EnvVarSource: usually one source, sometimes none or two, valid or not."""
+    sources = {
+        "fieldRef": st.fixed_dictionaries(
+            {
+                "fieldPath": st.sampled_from(
+                    [
+                        "metadata.name",
+                        "status.podIP",
+                        "spec.nodeName",
+                        "metadata.labels",
+                        "metadata.labels['app']",
+                        "metadata.annotations['Example.com/X']",
+                        "metadata.labels['-x']",
+                        "status.phase",
+                        "",
+                    ]
+                )
+            },
+            optional={"apiVersion": st.sampled_from(["v1", "v2", ""])},
+        ),
+        "resourceFieldRef": st.fixed_dictionaries(
+            {"resource": st.sampled_from(["limits.cpu", "requests.memory", "limits.gpu", ""])},
+            optional={
+                "divisor": st.sampled_from(["1", "1m", "1Mi", "0", "2", "abc"]),
+                "containerName": st.sampled_from(["vllm", "other"]),
+            },
+        ),
+        "configMapKeyRef": st.fixed_dictionaries(
+            {"key": st.sampled_from(["k", "a.b_c-d", "", ".", "..x", "a/b", "a b"])},
+            optional={
+                "name": st.sampled_from(["cm", "a.b", "", "Upper", "-x"]),
+                "optional": st.booleans(),
+            },
+        ),
+        "secretKeyRef": st.fixed_dictionaries(
+            {"key": st.sampled_from(["token", "", "x" * 254, "ok.key"])},
+            optional={"name": st.sampled_from(["s", "bad_name", ""])},
+        ),
+    }
+    count = draw(st.sampled_from([1, 1, 1, 1, 0, 2]))
+    names = draw(
+        st.lists(st.sampled_from(sorted(sources)), min_size=count, max_size=count, unique=True)
+    )
+    return {name: draw(sources[name]) for name in names}
+
+
+TOLERATIONS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "key": st.one_of(LABEL_KEYS, st.sampled_from([1, None])),
+            "operator": st.sampled_from(["Exists", "Equal", "", "exists", "Lt", "In", 1]),
+            "value": st.one_of(LABEL_VALUES, st.just("")),
+            "effect": st.sampled_from(
+                ["NoSchedule", "PreferNoSchedule", "NoExecute", "", "noschedule", 1]
+            ),
+            "tolerationSeconds": st.sampled_from([0, 60, -1, 2**63 - 1, "60", 1.5, None]),
+        },
+    ),
+    min_size=1,
+    max_size=2,
+)
+NODE_SELECTORS = st.dictionaries(LABEL_KEYS, LABEL_VALUES, min_size=1, max_size=2)
+RESOURCE_LISTS = st.dictionaries(RESOURCE_NAMES, QUANTITIES, min_size=0, max_size=2)
+RESOURCES = st.fixed_dictionaries({"requests": RESOURCE_LISTS, "limits": RESOURCE_LISTS})
+MOUNT_PATHS = st.one_of(
+    st.sampled_from(
+        ["/dev/shm", "", "/models", "/root/.cache/huggingface", "/dev/shm/", "relative", "/a:b"]
+    ),
+    st.text(alphabet="/abc.:-", max_size=8),
+    st.sampled_from([1, True]),
+)
+CLAIM_NAMES = st.one_of(
+    st.sampled_from(["models", "a.b", "", "Upper", "-x", "x-", "a_b", "a" * 253, "a" * 254]),
+    st.from_regex(r"[a-z0-9.-]{1,10}", fullmatch=True),
+)
+SIZE_LIMITS = QUANTITIES
+
+EMBEDDED_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "env": env_lists(),
+    "tolerations": TOLERATIONS,
+    "nodeSelector": NODE_SELECTORS,
+    "resources": RESOURCES,
+    "modelCache.mountPath": MOUNT_PATHS,
+    "modelCache.sizeLimit": SIZE_LIMITS,
+    "modelCache.claimName": CLAIM_NAMES,
+    "gpuResourceName": GPU_RESOURCE_NAMES,
+}
+"""For each embedded field (a path under spec), a strategy of values to put there."""

@@ -12,9 +12,10 @@ second hand-written copy of the rules this module runs the generated CRD's own s
    schema's ``default`` values are filled in;
 4. strict types (``"4"`` is no integer, ``"true"`` no boolean; a float with an integral value is
    the integer ``kubectl`` turns it into), ``minimum``/``maximum``, lengths, item counts, enums;
-5. every ``x-kubernetes-validations`` CEL rule, evaluated by the ``cel`` package
-   (common-expression-language) with cel-go's extension libraries, as Kubernetes loads them, on
-   the defaulted object.
+5. list-map uniqueness (``x-kubernetes-list-type: map``: no two items with the same keys);
+6. every ``x-kubernetes-validations`` CEL rule, evaluated by the ``cel`` package
+   (common-expression-language) with cel-go's extension libraries and Kubernetes' quantity
+   library, as Kubernetes loads them, on the defaulted object.
 
 The result is the defaulted object; the first problem raises a
 :class:`~deepseek_operator.errors.SpecError` naming the field, the value and the rule.
@@ -26,6 +27,7 @@ import copy
 import functools
 import json
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import cel
@@ -246,6 +248,8 @@ def _walk(path: str, value: Any, schema: dict[str, Any]) -> Any:
             )
         items = schema.get("items", {})
         out = [_walk(f"{path}[{i}]", item, items) for i, item in enumerate(value)]
+        if schema.get("x-kubernetes-list-type") == "map":
+            _check_unique_keys(path, out, schema.get("x-kubernetes-list-map-keys", []))
         _run_rules(path, out, schema)
         return out
     if not kind and not schema.get("x-kubernetes-int-or-string"):
@@ -253,6 +257,17 @@ def _walk(path: str, value: Any, schema: dict[str, Any]) -> Any:
     value = _check_scalar(path, value, schema)
     _run_rules(path, value, schema)
     return value
+
+
+def _check_unique_keys(path: str, items: list[Any], keys: list[str]) -> None:
+    """A list-map holds one item per key tuple (server-side apply could not merge it otherwise)."""
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        key = {k: item.get(k) for k in keys} if isinstance(item, dict) else {}
+        text = json.dumps(key, sort_keys=True)
+        if text in seen:
+            raise _refuse(f"{path}[{i}]", key, "Duplicate value")
+        seen.add(text)
 
 
 def _walk_object(path: str, value: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
@@ -298,11 +313,71 @@ def _program(rule: str) -> Any:
     return cel.compile(rule)
 
 
+# Kubernetes' resource.Quantity grammar (ParseQuantity), sign included; the exponent of a
+# decimal-exponent suffix is an integer.
+_QUANTITY = re.compile(
+    r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
+_SUFFIX_FACTOR = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    **{s: Decimal(1024**i) for i, s in enumerate(["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"], start=1)},
+}
+
+
+def _quantity_value(text: Any) -> Decimal:
+    """The number a Kubernetes quantity string stands for (the CEL quantity library's value)."""
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"quantities must match the quantity grammar: {text!r}")
+    sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
+    try:
+        if suffix[:1] in ("e", "E"):
+            value = Decimal(number) * Decimal(10) ** int(suffix[1:])
+        else:
+            value = Decimal(number) * _SUFFIX_FACTOR[suffix]
+    except (InvalidOperation, OverflowError) as exc:
+        raise ValueError(f"quantity out of range: {text!r}") from exc
+    return -value if sign == "-" else value
+
+
+def _is_quantity(text: Any) -> bool:
+    try:
+        _quantity_value(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _compare_quantities(left: Any, right: Any) -> int:
+    a, b = _quantity_value(left), _quantity_value(right)
+    return (a > b) - (a < b)
+
+
 def _context(value: Any) -> Any:
     # The Kubernetes CEL libraries the rules use (strings: lowerAscii, replace, split, join)
-    # are cel-go's extension libraries, which cel.stdlib mirrors.
+    # are cel-go's extension libraries, which cel.stdlib mirrors. Kubernetes' quantity library
+    # is registered here: a quantity stays its string, its methods parse it (a method call
+    # x.f(y) reaches the function f as f(x, y)).
     context = cel.Context()
     add_stdlib_to_context(context, ["strings", "lists", "sets", "math"])
+    context.add_function("isQuantity", _is_quantity)
+    context.add_function(
+        "quantity", lambda text: text if _is_quantity(text) else _quantity_value(text)
+    )
+    context.add_function("compareTo", _compare_quantities)
+    context.add_function("isInteger", lambda text: _quantity_value(text) % 1 == 0)
+    context.add_function(
+        "sign", lambda text: (_quantity_value(text) > 0) - (_quantity_value(text) < 0)
+    )
     context.add_variable("self", value)
     return context
 

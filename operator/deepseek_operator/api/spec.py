@@ -23,6 +23,17 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from deepseek_operator.api.backends import normalize_backend
+from deepseek_operator.api.core_v1 import (
+    CLAIM_NAME_RULES,
+    GPU_RESOURCE_RULE,
+    MOUNT_PATH_RULES,
+    NODE_SELECTOR_RULES,
+    QUANTITY_PATTERN,
+    RESOURCES_RULES,
+    Amount,
+    EnvVar,
+    Toleration,
+)
 from deepseek_operator.api.rules import (
     INT32_MAX,
     MAX_PARALLEL_SIZE,
@@ -30,9 +41,6 @@ from deepseek_operator.api.rules import (
     SPEC_RULES,
 )
 from deepseek_operator.errors import SpecError
-
-# A Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity), e.g. 32Gi or 500M.
-QUANTITY_PATTERN = r"^[+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 
 
 class ApiModel(BaseModel):
@@ -177,24 +185,28 @@ class EngineSpec(ApiModel):
 class ModelCacheSpec(ApiModel):
     """Where the weights are cached inside the pod."""
 
-    claim_name: str | None = None
+    claim_name: str | None = Field(default=None, max_length=253, json_schema_extra=CLAIM_NAME_RULES)
     """PersistentVolumeClaim to mount; unset uses an emptyDir (weights are downloaded on every start)."""
 
-    mount_path: str = "/root/.cache/huggingface"
-    """Mount path of the cache volume (HF_HOME)."""
+    mount_path: str = Field(
+        default="/root/.cache/huggingface", max_length=4096, json_schema_extra=MOUNT_PATH_RULES
+    )
+    """Mount path of the cache volume (HF_HOME); not /dev/shm, where the pod mounts its shared memory."""
 
-    size_limit: str | None = None
+    size_limit: str | None = Field(default=None, pattern=QUANTITY_PATTERN, max_length=32)
     """sizeLimit of the emptyDir used when claimName is unset, e.g. 600Gi."""
 
 
 class ResourcesSpec(ApiModel):
     """CPU and memory requests/limits of the vLLM container; the GPU limit is derived, never set here."""
 
-    requests: dict[str, int | str] = Field(default_factory=dict, max_length=32)
-    """Resource requests, e.g. {cpu: 32, memory: 512Gi}."""
+    model_config = ConfigDict(json_schema_extra=RESOURCES_RULES)
 
-    limits: dict[str, int | str] = Field(default_factory=dict, max_length=32)
-    """Resource limits."""
+    requests: dict[str, Amount] = Field(default_factory=dict, max_length=32)
+    """Resource requests, e.g. {cpu: 32, memory: 512Gi}: cpu, memory, ephemeral-storage or an extended resource, each a non-negative quantity, at most its limit."""
+
+    limits: dict[str, Amount] = Field(default_factory=dict, max_length=32)
+    """Resource limits (an extended resource's limit must equal its request)."""
 
 
 class DeepSeekServingSpec(ApiModel):
@@ -226,20 +238,31 @@ class DeepSeekServingSpec(ApiModel):
     engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
     """Typed vLLM engine flags."""
 
-    env: list[dict[str, Any]] = Field(default_factory=list, max_length=256)
-    """core/v1 EnvVar list passed to the vLLM container (VLLM_USE_DEEP_GEMM=0 disables automatic MegaMoE)."""
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=256,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """core/v1 EnvVar list passed to the vLLM container, names unique (VLLM_USE_DEEP_GEMM=0 disables automatic MegaMoE)."""
 
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     """CPU/memory requests and limits of the vLLM container."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_RULES
+    )
     """Restricts the candidate node pool; the operator adds its own affinity on top."""
 
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
     """core/v1 Tolerations for the serving pods (GPU nodes are often tainted)."""
 
-    gpu_resource_name: str = Field(default="nvidia.com/gpu", min_length=1, max_length=253)
-    """Extended resource name of one GPU."""
+    gpu_resource_name: str = Field(
+        default="nvidia.com/gpu",
+        min_length=1,
+        max_length=308,
+        json_schema_extra={"x-kubernetes-validations": [GPU_RESOURCE_RULE]},
+    )
+    """Extended resource name of one GPU (a domain-qualified name such as nvidia.com/gpu, never a native resource such as cpu)."""
 
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec)
     """Model-cache volume."""
@@ -274,9 +297,7 @@ class DeepSeekServingSpec(ApiModel):
                 spec._moe_backend_as_written = written
         for rule in SPEC_RULES:
             if not rule.holds(spec):
-                raise SpecError(
-                    rule.refusal_path(spec), rule.value(spec), rule.message
-                )
+                raise SpecError(rule.refusal_path(spec), rule.value(spec), rule.message)
         return spec
 
     @property
@@ -287,6 +308,10 @@ class DeepSeekServingSpec(ApiModel):
     def env_value(self, name: str) -> str | None:
         """The literal value of env var ``name`` in ``spec.env`` (None when absent or valueFrom)."""
         for item in self.env:
-            if item.get("name") == name and "value" in item:
-                return str(item["value"])
+            if item.name == name and item.value_from is None:
+                return item.value or ""
         return None
+
+    def declares_env(self, name: str) -> bool:
+        """Whether ``spec.env`` sets env var ``name`` at all (literally or from valueFrom)."""
+        return any(item.name == name for item in self.env)

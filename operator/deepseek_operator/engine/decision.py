@@ -18,7 +18,6 @@ Every check is evaluated (the chain never short-circuits), so the status shows t
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -83,7 +82,7 @@ def resolve(
         "pool",
         spec.gpu_resource_name,
         tuple(sorted(spec.node_selector.items())),
-        json.dumps(spec.tolerations, sort_keys=True),
+        tuple(spec.tolerations),
     )
 
     def shared(key: Hashable, compute: Callable[[], Any]) -> Any:

@@ -63,7 +63,7 @@ def model_architecture(facts: ModelFacts) -> CheckResult:
 def deep_gemm(spec: DeepSeekServingSpec) -> CheckResult:
     """R4: DeepGEMM is not turned off in the pod's environment."""
     raw = spec.env_value("VLLM_USE_DEEP_GEMM")
-    declared = any(e.get("name") == "VLLM_USE_DEEP_GEMM" for e in spec.env)
+    declared = spec.declares_env("VLLM_USE_DEEP_GEMM")
     if declared and raw is None:
         return check(
             "DeepGEMM",

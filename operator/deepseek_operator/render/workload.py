@@ -130,7 +130,7 @@ def pod_template(
     limits[spec.gpu_resource_name] = gpus
     cache = spec.model_cache
     env = [{"name": "HF_HOME", "value": cache.mount_path}]
-    env += [e for e in spec.env if e.get("name") != "HF_HOME"]
+    env += [e.manifest() for e in spec.env if e.name != "HF_HOME"]
     container: dict[str, Any] = {
         "name": "vllm",
         "image": spec.image,
@@ -181,7 +181,7 @@ def pod_template(
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
-        pod_spec["tolerations"] = list(spec.tolerations)
+        pod_spec["tolerations"] = [t.manifest() for t in spec.tolerations]
     return {
         "metadata": {
             "labels": {**common_labels(obj), **(extra_labels or {})},
