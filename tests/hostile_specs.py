@@ -392,3 +392,123 @@ EMBEDDED_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "gpuResourceName": GPU_RESOURCE_NAMES,
 }
 """For each embedded field (a path under spec), a strategy of values to put there."""
+
+
+# --- vLLM argv, model.name, nulls, numeric strings and aliases (issue 26, part 3 of extraArgs) ---
+# Generated from the option table the operator ships (every supported release), so each run
+# draws new spellings: real options bent the ways a user mistypes them (case, '_', an attached
+# value, an option and its value in one item, a control character), bare values with and without
+# an option before them, model names across the Hugging Face charset and beyond, null at any spec
+# path, a number where a string belongs, and documents whose aliases multiply their size.
+
+from deepseek_operator.api import extra_args as _argv  # noqa: E402
+
+_OPTION_NAMES = st.sampled_from(sorted(_argv.OPTIONS))
+_VALUE_WORDS = st.one_of(
+    st.sampled_from(["1", "0", "-1", "auto", "a b", "; rm -rf /", "{}", '{"a": 1}', "", "-"]),
+    st.text(alphabet="abc019 ;-_.=\n\t", max_size=6),
+)
+
+
+@st.composite
+def argv_items(draw: st.DrawFn) -> str:
+    """One extraArgs item: a table option, bent or not, or a value."""
+    name = draw(_OPTION_NAMES)
+    bend = draw(
+        st.sampled_from(
+            [
+                "plain",
+                "upper",
+                "underscore",
+                "attached",
+                "equals",
+                "spaced",
+                "control",
+                "dotted",
+                "no",
+                "abbrev",
+                "value",
+            ]
+        )
+    )
+    value = draw(_VALUE_WORDS)
+    if bend == "upper":
+        return name.upper()
+    if bend == "underscore":
+        return name[:2] + name[2:].replace("-", "_")
+    if bend == "attached":
+        return name + draw(st.sampled_from(["8", "x"]))
+    if bend == "equals":
+        return f"{name}={value}"
+    if bend == "spaced":
+        return f"{name} {value}"
+    if bend == "control":
+        return name + draw(st.sampled_from(["\n", "\t", "\x00", "\x7f"]))
+    if bend == "dotted":
+        return f"{name}.{draw(st.sampled_from(['mode', 'a_b', 'x.y']))}"
+    if bend == "no":
+        return "--no-" + name.lstrip("-")
+    if bend == "abbrev":
+        return name[: max(3, len(name) - draw(st.integers(1, 4)))]
+    if bend == "value":
+        return value
+    return name
+
+
+ARGV = st.lists(argv_items(), min_size=1, max_size=5)
+MODEL_NAMES = st.one_of(
+    st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}/[A-Za-z0-9_.-]{1,12}", fullmatch=True),
+    st.from_regex(r"/[a-z0-9/._ -]{0,16}", fullmatch=True),
+    st.text(alphabet="abAB09_-./ \n\t:@é", min_size=1, max_size=16),
+    st.sampled_from(["a/b\nc", "a--b/c", "a/b..c", "./rel", "owner/", "/", "a/b/c", "x" * 97]),
+)
+NUMERIC_STRINGS = st.one_of(
+    st.integers(-(2**63), 2**63 - 1), st.sampled_from([1e308, 1e3, 0.5, -0.0, 1.0])
+)
+STRING_FIELDS: list[tuple[str, ...]] = [
+    ("spec", "model", "name"),
+    ("spec", "model", "revision"),
+    ("spec", "model", "servedModelName"),
+    ("spec", "model", "architecture"),
+    ("spec", "image"),
+    ("spec", "moeBackend"),
+    ("spec", "engine", "kvCacheDtype"),
+    ("spec", "engine", "tokenizerMode"),
+    ("spec", "gpuResourceName"),
+]
+
+
+@st.composite
+def hostile_inputs(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid seed with one of: generated extraArgs, a generated model.name, null at a spec path
+    (any of PATHS or a string field), or a number in a string field."""
+    doc = copy.deepcopy(SEED)
+    doc["metadata"] = {"name": "inputs"}
+    kind = draw(st.sampled_from(["argv", "argv", "argv", "model", "null", "number"]))
+    if kind == "argv":
+        _set(doc, ("spec", "engine", "extraArgs"), draw(ARGV))
+    elif kind == "model":
+        _set(doc, ("spec", "model", "name"), draw(MODEL_NAMES))
+    elif kind == "null":
+        path = draw(st.sampled_from([p for p in PATHS if p[0] == "spec"] + STRING_FIELDS))
+        _set(doc, path, None)
+    else:
+        _set(doc, draw(st.sampled_from(STRING_FIELDS)), draw(NUMERIC_STRINGS))
+    return doc
+
+
+@st.composite
+def aliased_yaml(draw: st.DrawFn) -> str:
+    """A DeepSeekServing manifest whose speculativeConfig is built from chained anchors: from a
+    few harmless aliases to a billion laughs."""
+    levels = draw(st.integers(1, 9))
+    width = draw(st.integers(1, 9))
+    lines = ["a0: &a0 [" + ", ".join(["lol"] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
+    anchors = "\n".join("  " + line for line in lines)
+    return (
+        "apiVersion: serving.deepseek-operator.io/v1alpha1\nkind: DeepSeekServing\n"
+        "metadata: {name: aliases}\nspec:\n  model: {name: deepseek-ai/DeepSeek-V4.1-Flash}\n"
+        "  image: vllm/vllm-openai:v0.33.0\n  engine:\n    speculativeConfig:\n"
+        f"{anchors.replace('  a', '      a')}\n      m: *a{levels - 1}\n"
+    )

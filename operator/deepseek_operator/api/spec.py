@@ -179,7 +179,7 @@ class EngineSpec(ApiModel):
     extra_args: list[Annotated[str, Field(max_length=512)]] = Field(
         default_factory=list, max_length=64
     )
-    """Arguments appended verbatim after every rendered flag. They must not repeat a flag rendered from a typed field."""
+    """Arguments appended verbatim after every rendered flag: options of vllm serve (in a supported release's spellings, written in full) and the values of the options before them. They must not repeat a flag rendered from a typed field."""
 
 
 class ModelCacheSpec(ApiModel):
