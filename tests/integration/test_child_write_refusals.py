@@ -80,14 +80,14 @@ def test_a_500_answer_to_a_child_write_is_in_the_status_an_event_and_backs_off(
     )
     inventory = gb200_pool()
 
-    def reconcile() -> Any:
+    def reconcile(trigger: str = "create") -> Any:
         return asyncio.run(
             rec.reconcile(
                 (namespace, "dup"),
                 lambda: cp.kubectl_json("get", "dss", "dup", "-n", namespace),
                 lambda: inventory,
                 dict,  # the watches show no child: each is read before it is written
-                "test",
+                trigger,
             )
         )
 
@@ -111,7 +111,7 @@ def test_a_500_answer_to_a_child_write_is_in_the_status_an_event_and_backs_off(
 
     # The same answer again: twice the wait, no second Event, no status rewrite.
     version = body["metadata"]["resourceVersion"]
-    second = reconcile()
+    second = reconcile("backoff")
     assert second.retry_after == 2 * BACKOFF_FIRST_S
     assert len([e for e in events if e[1] == "WorkloadRefused"]) == 1
     assert cp.kubectl_json("get", "dss", "dup", "-n", namespace)["metadata"]["resourceVersion"] == (

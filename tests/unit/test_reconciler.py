@@ -93,10 +93,14 @@ def _body(name: str) -> dict[str, Any]:
 
 
 def _run(
-    rec: Reconciler, body: dict[str, Any], inv: Any, live: dict[Any, Any] | None = None
+    rec: Reconciler,
+    body: dict[str, Any],
+    inv: Any,
+    live: dict[Any, Any] | None = None,
+    trigger: str = "test",
 ) -> Any:
     key = ("llm", body["metadata"]["name"])
-    return asyncio.run(rec.reconcile(key, lambda: body, lambda: inv, lambda: live or {}, "test"))
+    return asyncio.run(rec.reconcile(key, lambda: body, lambda: inv, lambda: live or {}, trigger))
 
 
 def test_two_servings_in_one_namespace_never_touch_each_others_children() -> None:
@@ -247,7 +251,7 @@ def test_a_foreign_object_found_on_create_is_reported_once_backs_off_and_yields_
     ]
     assert first.retry_after == 10
     a["status"] = kube.statuses[-1]
-    assert _run(rec, a, inv).retry_after == 20
+    assert _run(rec, a, inv, trigger="backoff").retry_after == 20
     foreign_events = [e for e in events if e[1] == "ForeignObjectInTheWay"]
     assert len(foreign_events) == 1 and "LeaderWorkerSet/x" in foreign_events[0][2]
     # Nobody's object: said so.
@@ -372,8 +376,10 @@ def test_a_refused_child_is_reported_and_retried_with_growing_backoff() -> None:
     assert conditions["Ready"]["reason"] == "WorkloadRefused"
     assert [e[:2] for e in events if e[1] == "WorkloadRefused"] == [("Warning", "WorkloadRefused")]
     a["status"] = status
-    assert _run(rec, a, inv).retry_after == 20
-    assert _run(rec, a, inv).retry_after == 40
+    assert _run(rec, a, inv, trigger="backoff").retry_after == 20
+    # A watch event meanwhile tries again without lengthening the wait; the next step does.
+    assert _run(rec, a, inv, trigger="child").retry_after == 20
+    assert _run(rec, a, inv, trigger="backoff").retry_after == 40
     # The same refusal again: no new event, no status rewrite.
     assert len([e for e in events if e[1] == "WorkloadRefused"]) == 1
     # Accepted at last: WorkloadApplied flips to True and the backoff resets.
@@ -402,7 +408,7 @@ def test_a_server_error_answer_is_a_refusal_too_with_the_same_backoff() -> None:
     assert "duplicate entries for key" in conditions["WorkloadApplied"]["message"]
     assert events.count("WorkloadRefused") == 1
     a["status"] = kube.statuses[-1]
-    assert _run(rec, a, inv).retry_after == 20
+    assert _run(rec, a, inv, trigger="backoff").retry_after == 20
 
 
 def test_a_try_again_answer_is_an_ordinary_error_retry() -> None:

@@ -9,7 +9,7 @@ from deepseek_operator.api.crd import build_crd
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.render.argv import vllm_args
-from deepseek_operator.render.status import build_status, status_dict
+from deepseek_operator.render.status import build_status, status_dict, with_workload_applied
 from deepseek_operator.render.workload import render_objects
 
 SEED_ENGINE = {
@@ -219,3 +219,27 @@ def test_status_conditions_and_stable_transition_times() -> None:
     )
     # What the operator writes is what the CRD's structural schema accepts.
     jsonschema.validate(second, build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"])  # fmt: skip
+
+
+def test_a_refusal_carried_into_the_next_status_is_written_once_groups_and_all() -> None:
+    from deepseek_operator.api import status as S
+
+    res = resolve(spec(), gb200_pool())
+    groups = [S.GroupStatus(index=0, leader_pod="a-0", nodes=["n0"], pods_ready=1, pods_total=2)]
+    now = "2026-01-01T00:00:00Z"
+    first = status_dict(build_status(res, generation=1, ready_replicas=0, now=now, groups=groups))
+    foreign = ["Service/a-api already exists and has no owner: ..."]
+    blocked = with_workload_applied(first, [], generation=1, now=now, foreign=foreign)
+    ready = {c["type"]: c for c in blocked["conditions"]}["Ready"]
+    assert ready["reason"] == "ForeignObjectInTheWay"
+    assert ready["message"] == foreign[0] + "; groups: 0 not in an NVLink clique: 1/2 pods ready"
+    # The next reconcile plans from what was written: the same status, so nothing is rewritten.
+    previous = [S.Condition.model_validate(c) for c in blocked["conditions"]]
+    again = status_dict(
+        build_status(
+            res, generation=1, ready_replicas=0, now=now, groups=groups,
+            previous_conditions=previous,
+        )
+    )  # fmt: skip
+    assert again == blocked
+    assert with_workload_applied(again, [], generation=1, now=now, foreign=foreign) == again

@@ -44,7 +44,7 @@ from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import node_watch
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_watch
-from deepseek_operator.controller.reconcile import Outcome, Reconciler
+from deepseek_operator.controller.reconcile import BACKOFF_TRIGGER, Outcome, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
@@ -87,7 +87,7 @@ KOPF_DIFFBASE_ANNOTATION = f"{KOPF_ANNOTATION_PREFIX}/last-handled-configuration
 RESUME_CONCURRENCY = 4
 # Triggers that only follow up on an earlier reconcile: a watch event folded into a pending
 # follow-up names the reconcile instead (metrics and logs say why it ran).
-FOLLOW_UPS = frozenset({"recheck", "backoff", "retry"})
+FOLLOW_UPS = frozenset({"recheck", BACKOFF_TRIGGER, "retry"})
 
 ServingKey = tuple[str, str]  # (namespace, name)
 
@@ -637,7 +637,7 @@ class OperatorState:
         if outcome is None:
             return
         if outcome.retry_after is not None:
-            self.schedule(key, outcome.retry_after, trigger="backoff")
+            self.schedule(key, outcome.retry_after, trigger=BACKOFF_TRIGGER)
         elif outcome.recheck_after is not None:
             self.schedule(key, outcome.recheck_after, trigger="recheck")
         if outcome.children_changed_meanwhile:

@@ -58,6 +58,8 @@ log = logging.getLogger("deepseek_operator.controller")
 # Retries after the API server refused a child: 10 s, 20 s, 40 s ... capped at 5 minutes.
 BACKOFF_FIRST_S = 10.0
 BACKOFF_MAX_S = 300.0
+BACKOFF_TRIGGER = "backoff"
+"""The trigger of a reconcile run as the back-off's next step (only those lengthen the wait)."""
 # uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
 GONE_MEMORY = 10_000
 
@@ -111,6 +113,14 @@ def _condition_status(status: Mapping[str, Any], ctype: str) -> str | None:
     for cond in status.get("conditions") or []:
         if cond.get("type") == ctype:
             return str(cond.get("status"))
+    return None
+
+
+def _said(status: Mapping[str, Any], ctype: str) -> tuple[Any, ...] | None:
+    """What condition ``ctype`` says (status, reason, message), its times aside."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == ctype:
+            return (cond.get("status"), cond.get("reason"), cond.get("message"))
     return None
 
 
@@ -213,7 +223,10 @@ class Reconciler:
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         blocked = bool(outcome.refused or outcome.foreign)
         if blocked:
-            self._failures[key] = self._failures.get(key, 0) + 1
+            # The wait doubles per back-off step, not per watch event: the LeaderWorkerSet's
+            # status updates while its pods start would otherwise push it to minutes at once.
+            if trigger == BACKOFF_TRIGGER or key not in self._failures:
+                self._failures[key] = self._failures.get(key, 0) + 1
             outcome.retry_after = self.retry_delay(key)
         else:
             self._failures.pop(key, None)
@@ -421,9 +434,10 @@ class Reconciler:
                 foreign=outcome.foreign,
             )
             if updated != status:
-                # Only a change is written and told (one Event per new refusal, not per retry).
                 await self._write_status(serving_key, obj.uid, updated)
                 outcome.status_patched = True
+            # Told once per new refusal, not per retry nor per other status change.
+            if _said(updated, WORKLOAD_APPLIED) != _said(status, WORKLOAD_APPLIED):
                 if outcome.foreign:
                     self._event(body, "Warning", EVENT_FOREIGN_OBJECT, "; ".join(outcome.foreign))
                 if outcome.refused:

@@ -17,6 +17,8 @@ from deepseek_operator.engine.resolution import Resolution
 
 # The API server caps a condition message at 32,768 characters; refusals stay far below.
 MAX_CONDITION_MESSAGE = 4000
+# Between the Ready message and its summary of multi-pod groups.
+GROUPS_SEPARATOR = "; groups: "
 
 
 def _condition(
@@ -126,7 +128,7 @@ def build_status(
             f"{ready_replicas}/{res.replicas} replicas ready{suffix}",
         )
     if groups:
-        ready_msg += "; groups: " + "; ".join(_group_summary(g) for g in groups)
+        ready_msg += GROUPS_SEPARATOR + "; ".join(_group_summary(g) for g in groups)
     conditions.append(
         _condition(
             N.READY,
@@ -267,7 +269,11 @@ def with_workload_applied(
         if cond.type == N.WORKLOAD_APPLIED:
             continue
         if cond.type == N.READY and not ok:
-            cond = _condition(N.READY, False, reason, message, generation, now, previous)
+            # The groups' summary stays, as :func:`build_status` writes it, so the next
+            # reconcile's status equals this one (no rewrite, no second Event).
+            _, sep, groups = cond.message.partition(GROUPS_SEPARATOR)
+            ready_msg = message + sep + groups
+            cond = _condition(N.READY, False, reason, ready_msg, generation, now, previous)
         conditions.append(cond)
     conditions.append(applied)
     return {
