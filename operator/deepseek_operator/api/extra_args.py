@@ -15,6 +15,7 @@ tables, so ``render`` and the API server refuse the same items with the same wor
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -138,6 +139,33 @@ def value_ok(items: list[str], i: int) -> bool:
 def first_bad_value(items: list[str]) -> int | None:
     """Index of the first value no option leaves open, or None."""
     return next((i for i in range(len(items)) if not value_ok(items, i)), None)
+
+
+def not_in_release(items: list[str] | tuple[str, ...], release: str) -> list[str]:
+    """The option items that ``release``'s own parser reads as none of its options."""
+    table = dict(vllm_release(release).serve_options)
+    return [
+        item
+        for item in items
+        if not is_value(item)
+        and not (
+            (option := resolve(item, table)) is not None
+            and (not _needs_value(item) or _takes_value(option, table))
+        )
+    ]
+
+
+def nearest(item: str, release: str) -> str | None:
+    """What to suggest from ``release``'s table: its spellings of the setting ``item``'s option
+    sets in another release (``--disable-lora`` → ``--enable-lora or --no-enable-lora``), else
+    the closest option name (difflib's ratio)."""
+    table = vllm_release(release).serve_options
+    known = OPTIONS.get(_head(item))
+    same = sorted(n for n, o in table.items() if known is not None and o.dest == known.dest)
+    if same:
+        return " or ".join(same) + f" (they set {known.dest})" if known else None
+    close = difflib.get_close_matches(_head(item).lower(), list(table), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 # --- CEL: the same reading on the API server ------------------------------------------------

@@ -44,6 +44,7 @@ from deepseek_operator.engine.placement import (
 from deepseek_operator.engine.release import (
     backend_name,
     choose_release,
+    extra_args_in_release,
     multi_node_executor,
     prefill_context_parallel,
     release_check,
@@ -161,6 +162,7 @@ def _release_checks(inputs: DecisionInputs, backend: str) -> list[CheckResult]:
     for guard in (
         prefill_context_parallel(rules, inputs.facts, inputs.spec, backend),
         multi_node_executor(rules, inputs.spec, inputs.layout.pods_per_replica),
+        extra_args_in_release(rules, inputs.spec),
         spec_checks.eplb_settings(inputs.spec),
     ):
         if guard is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from deepseek_operator.api import extra_args
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V41_ARCH
 from deepseek_operator.catalog.vllm import newest_release, supported_releases
@@ -83,6 +84,30 @@ def backend_name(rules: ReleaseRules, backend: str) -> CheckResult:
         False,
         f"vLLM {rules.release} has no --moe-backend {backend} (its parser refuses it); its "
         "backends: " + ", ".join(names),
+    )
+
+
+def extra_args_in_release(rules: ReleaseRules, spec: DeepSeekServingSpec) -> CheckResult | None:
+    """Every extraArgs option is one of this release's (admission checked the union of the
+    supported releases; an option only another release has makes this one's parser exit)."""
+    if not spec.engine.extra_args:
+        return None
+    missing = extra_args.not_in_release(spec.engine.extra_args, rules.release)
+    if not missing:
+        return check(
+            "ExtraArgsInRelease", SPEC, "", True, f"vLLM {rules.release} has every extraArgs option"
+        )
+    item = missing[0]
+    hint = extra_args.nearest(item, rules.release)
+    return check(
+        "ExtraArgsInRelease",
+        SPEC,
+        "",
+        False,
+        f"vLLM {rules.release}'s parser has no option {item!r} in spec.engine.extraArgs (it exits "
+        "with 'unrecognized arguments')"
+        + (f"; did you mean {hint}?" if hint else "")
+        + f" ({len(missing)} such item(s))",
     )
 
 
