@@ -193,7 +193,8 @@ class ModelCacheSpec(ApiModel):
     )
     """Mount path of the cache volume (HF_HOME); not /dev/shm, where the pod mounts its shared memory."""
 
-    size_limit: str | None = Field(default=None, pattern=QUANTITY_PATTERN, max_length=32)
+    # Empty is allowed: like unset, it leaves the emptyDir without a limit.
+    size_limit: str | None = Field(default=None, pattern=f"^$|{QUANTITY_PATTERN}", max_length=32)
     """sizeLimit of the emptyDir used when claimName is unset, e.g. 600Gi."""
 
 
