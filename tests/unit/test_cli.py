@@ -154,9 +154,9 @@ def test_multi_document_file_renders_every_serving_in_order(tmp_path: pathlib.Pa
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("Deployment", "first"),
-        ("Service", "first"),
+        ("Service", "first-api"),
         ("Deployment", "second"),
-        ("Service", "second"),
+        ("Service", "second-api"),
     ]
     assert docs[2]["spec"]["replicas"] == 2
     assert out.stdout.count("# status:") == 2
