@@ -72,7 +72,7 @@ ENV_RESOURCE_FIELDS = (
     "requests.ephemeral-storage",
 )
 _CPU_DIVISORS = ("0", "1m", "1")
-_BYTE_DIVISORS = ("0", "1", "1k", "1M", "1G", "1T", "1P", "1E")
+_BYTE_DIVISORS: tuple[str, ...] = ("0", "1", "1k", "1M", "1G", "1T", "1P", "1E")
 _BYTE_DIVISORS += ("1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei")
 
 
@@ -137,6 +137,7 @@ GPU_RESOURCE_RULE = cel_rule(
         "ephemeral-storage, pods or hugepages-<size> is no GPU"
     ),
 )
+GPU_RESOURCE_RULES = _validations(GPU_RESOURCE_RULE)
 
 
 class CoreModel(BaseModel):

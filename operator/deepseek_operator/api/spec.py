@@ -25,7 +25,7 @@ from pydantic.alias_generators import to_camel
 from deepseek_operator.api.backends import normalize_backend
 from deepseek_operator.api.core_v1 import (
     CLAIM_NAME_RULES,
-    GPU_RESOURCE_RULE,
+    GPU_RESOURCE_RULES,
     MOUNT_PATH_RULES,
     NODE_SELECTOR_RULES,
     QUANTITY_PATTERN,
@@ -261,7 +261,7 @@ class DeepSeekServingSpec(ApiModel):
         default="nvidia.com/gpu",
         min_length=1,
         max_length=308,
-        json_schema_extra={"x-kubernetes-validations": [GPU_RESOURCE_RULE]},
+        json_schema_extra=GPU_RESOURCE_RULES,
     )
     """Extended resource name of one GPU (a domain-qualified name such as nvidia.com/gpu, never a native resource such as cpu)."""
 
