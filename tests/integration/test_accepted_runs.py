@@ -35,7 +35,7 @@ from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
 from gpu_nodes import make_gpu_node
 from hostile_specs import EMBEDDED_FIELDS, SEED, hostile, hostile_inputs
-from k8s.cluster import ControlPlane
+from k8s.cluster import ControlPlane, as_kubectl_sends
 from k8s.dra import computedomain_crd
 from racks import RACK_A, make_gb200_tray
 
@@ -129,17 +129,6 @@ def runs_namespace(cluster: ControlPlane) -> Any:
     cluster.delete_namespace(name)
 
 
-def _as_kubectl_sends(value: Any) -> Any:
-    """Integral floats as integers, as kubectl's Go encoder writes them (see the parity test)."""
-    if isinstance(value, dict):
-        return {key: _as_kubectl_sends(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_kubectl_sends(item) for item in value]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    return value
-
-
 def _admitted(api: Any, namespace: str, doc: dict[str, Any]) -> bool:
     try:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -190,7 +179,7 @@ def test_every_accepted_spec_gets_children_the_api_server_accepts(
     api: Any, runs_namespace: str, doc: dict[str, Any]
 ) -> None:
     TALLY["generated"] += 1
-    body = _as_kubectl_sends(doc)
+    body = as_kubectl_sends(doc)
     if isinstance(body.get("metadata"), dict):
         body["metadata"]["namespace"] = runs_namespace
     if not _admitted(api, runs_namespace, body):

@@ -29,7 +29,7 @@ from deepseek_operator.api.load import parse_serving
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import GROUP, PLURAL, VERSION
 from hostile_specs import hostile
-from k8s.cluster import ControlPlane
+from k8s.cluster import ControlPlane, as_kubectl_sends
 
 pytestmark = pytest.mark.integration
 
@@ -59,26 +59,8 @@ def parity_namespace(crds: ControlPlane) -> Any:
     crds.delete_namespace(name)
 
 
-def _as_kubectl_sends(value: Any) -> Any:
-    """``value`` as ``kubectl apply`` puts it on the wire.
-
-    kubectl decodes the manifest into Go values and encodes them again, and Go's JSON encoder
-    writes an integral float64 without a fraction (``1.0`` → ``1``), which the API server then
-    reads as an integer. The Python client would send ``1.0`` verbatim, which the server's CEL
-    sees as a double: a transport artefact no ``kubectl apply`` user meets, and ``render``
-    models what kubectl sends.
-    """
-    if isinstance(value, dict):
-        return {key: _as_kubectl_sends(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_kubectl_sends(item) for item in value]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    return value
-
-
 def _server(api: Any, namespace: str, doc: dict[str, Any]) -> tuple[bool, str]:
-    body = _as_kubectl_sends(doc)
+    body = as_kubectl_sends(doc)
     if isinstance(body.get("metadata"), dict):
         body["metadata"]["namespace"] = namespace
     try:

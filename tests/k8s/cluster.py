@@ -874,3 +874,21 @@ def attach_logs_on_failure(item: pytest.Item, report: pytest.TestReport) -> None
     """Add the component log tails to a failed test's report (called from conftest's hook)."""
     if report.failed and _ACTIVE and "control_plane" in getattr(item, "fixturenames", ()):
         report.sections.append(("control-plane logs (tail)", _ACTIVE[-1].log_tails(30)))
+
+
+def as_kubectl_sends(value: Any) -> Any:
+    """``value`` as ``kubectl apply`` puts it on the wire.
+
+    kubectl decodes the manifest into Go values and encodes them again, and Go's JSON encoder
+    writes an integral float64 without a fraction (``1.0`` -> ``1``), which the API server then
+    reads as an integer. The Python client would send ``1.0`` verbatim, which the server's CEL
+    sees as a double: a transport artefact no ``kubectl apply`` user meets, and ``render``
+    models what kubectl sends.
+    """
+    if isinstance(value, dict):
+        return {key: as_kubectl_sends(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_kubectl_sends(item) for item in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value

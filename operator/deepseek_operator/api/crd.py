@@ -170,12 +170,16 @@ def build_crd() -> dict[str, Any]:
                 "rule": NAME_RULE.cel,
                 "message": NAME_RULE.message,
                 "reason": "FieldValueInvalid",
+                # Without it the API server reports the root rule at "<nil>", no field at all.
+                "fieldPath": ".metadata.name",
             }
         ],
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
-            "metadata": {"type": "object"},
+            # Declared only so the name rule's fieldPath can point at it (the one metadata
+            # field a CRD schema may describe besides generateName).
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec_schema,
             "status": status_schema,
         },
