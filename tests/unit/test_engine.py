@@ -113,12 +113,6 @@ FLIPS: list[Any] = [
         id="R8 expert parallel off keeps auto",
     ),
     pytest.param(
-        {"parallelism": {"tensorParallelSize": 1, "expertParallel": True}},
-        gb200_pool(),
-        "ExpertParallel",
-        id="R8 EP size 1 is not a local EP group",
-    ),
-    pytest.param(
         {
             "parallelism": {
                 "tensorParallelSize": 2,
@@ -230,6 +224,17 @@ def test_each_rule_flips_auto_back(overrides: dict[str, Any], nodes: Any, failed
     assert res.backend_runnable is True
     assert res.failed_checks[0].name == failed
     assert failed in res.message
+
+
+def test_r8_ep_size_1_keeps_auto_and_one_gpu_cannot_hold_the_weights() -> None:
+    # EP size 1 fails R8 first; V4.1-Flash's ~280 GiB of weights on one GB200 then leave no KV
+    # room on the FusedMoE path either, so the capacity model refuses it before pods start.
+    res = resolve(spec(parallelism={"tensorParallelSize": 1, "expertParallel": True}), gb200_pool())
+    assert res.moe_backend == "auto"
+    assert res.failed_checks[0].name == "ExpertParallel"
+    assert res.reason == "KVCacheCapacityFailed" and res.backend_runnable is False
+    assert "FusedMoE cannot hold one request at maxModelLen 1048576" in res.message
+    assert "fix: more GPUs per replica" in res.message
 
 
 def test_v4_message_points_at_the_explicit_recipe_flag() -> None:

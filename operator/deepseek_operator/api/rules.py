@@ -112,6 +112,7 @@ RENDERED_FLAGS: tuple[str, ...] = (
     "--tool-call-parser",
     "--enable-auto-tool-choice",
     "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
     "--trust-remote-code",
     "--block-size",
 )

@@ -152,6 +152,9 @@ class EngineSpec(ApiModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     """--gpu-memory-utilization: fraction of each GPU's memory vLLM may use."""
 
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1, le=2**53)
+    """--kv-cache-memory-bytes: a fixed KV-cache budget per GPU in bytes, instead of what gpuMemoryUtilization leaves after the weights and the profiled activations."""
+
     block_size: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """--block-size: KV-cache block size in tokens."""
 
@@ -208,6 +211,13 @@ class ResourcesSpec(ApiModel):
 
     limits: dict[str, Amount] = Field(default_factory=dict, max_length=32)
     """Resource limits (an extended resource's limit must equal its request)."""
+
+
+class CapacitySpec(ApiModel):
+    """What one replica must hold, checked against the capacity model before pods start."""
+
+    min_concurrent_requests: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    """Requests at maxModelLen one replica must hold in its KV cache. auto keeps vLLM's FusedMoE path when MegaMoE cannot hold them but it can; an explicit backend that cannot holds Placeable=False."""
 
 
 class DeepSeekServingSpec(ApiModel):
@@ -276,6 +286,9 @@ class DeepSeekServingSpec(ApiModel):
 
     automount_service_account_token: bool = False
     """Mount the namespace's ServiceAccount token into the vLLM pods. vLLM never calls the Kubernetes API, so the token stays out unless you ask for it."""
+
+    capacity: CapacitySpec = Field(default_factory=CapacitySpec, json_schema_extra={"default": {}})
+    """What one replica must hold (status.capacity shows what each GPU type gives)."""
 
     # The user's spelling of moeBackend, kept for messages and status.decision.requested.
     _moe_backend_as_written: str = PrivateAttr(default="")

@@ -23,11 +23,12 @@ from typing import Any
 
 from deepseek_operator.api.backends import AUTO, DEEP_GEMM_MEGA_MOE
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.engine import node_checks, spec_checks
+from deepseek_operator.engine import capacity, node_checks, spec_checks
 from deepseek_operator.engine.checks import (
     VLLM_SM100_ONLY,
     CheckCategory,
     CheckResult,
+    check,
     failed,
     short_list,
 )
@@ -116,6 +117,7 @@ def resolve(
         res = _decide_explicit_mega_moe(inputs, requested)
     else:
         res = _decide_explicit_other(inputs, requested)
+    res = _with_capacity(inputs, res)
     if not multi_pod:
         return res
     return _multi_pod(res, inputs, apis)
@@ -132,6 +134,73 @@ def _multi_pod(res: Resolution, inputs: DecisionInputs, apis: ClusterApis) -> Re
         res.placement, placeable=False, reason=REASON_LWS_NOT_INSTALLED, message=lws.message
     )
     return dataclasses.replace(res, checks=(*res.checks, lws), placement=placement)
+
+
+def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
+    """The decision with its KVCacheCapacity check: auto keeps the FusedMoE path when MegaMoE
+    cannot hold the asked requests but that path can; a path that cannot hold one request at
+    maxModelLen is refused before pods start; an explicit backend short of
+    ``spec.capacity.minConcurrentRequests`` is not placeable."""
+    spec = inputs.spec
+    mega = res.moe_backend == DEEP_GEMM_MEGA_MOE
+    eligible = set(res.placement.eligible)
+    nodes = [n for n in inputs.candidates if n.name in eligible] or list(inputs.candidates)
+    gpus = inputs.over_candidates(
+        ("capacity_gpu_types", tuple(sorted(eligible))), lambda: capacity.gpu_types(nodes)
+    )
+    rep = capacity.report(
+        spec, inputs.facts, inputs.release.version, mega, gpus, with_other=spec.moe_backend == AUTO
+    )
+    passed, message = capacity.kv_cache_check(rep)
+    result = check(capacity.KV_CACHE_CAPACITY, CheckCategory.FIT, "", passed, message)
+    checks = (*res.checks, result)
+    res = dataclasses.replace(res, checks=checks, capacity=rep)
+    # A coarser failure already decided (GPUMemory's recipe minimum): it stays the reason.
+    earlier_fit = any(c.category is CheckCategory.FIT for c in res.failed_checks[:-1])
+    if passed or not res.backend_runnable or earlier_fit:
+        return res
+    name = capacity.KV_CACHE_CAPACITY
+    if spec.moe_backend == AUTO and mega:
+        fused = capacity.CapacityReport(False, rep.other, rep.rows, "", rep.min_requests)
+        if fused.holding:
+            any_gpu = inputs.requirement(Requirement.ANY_GPU)
+            kept = (
+                f"auto kept (vLLM chooses its FusedMoE backend): {name} failed: {message}; "
+                f"the FusedMoE path holds it: {capacity.kv_cache_check(fused)[1]}"
+            )
+            fused_check = check(name, CheckCategory.FIT, "", True, kept)
+            out = inputs.resolution(
+                AUTO,
+                failed_reason(name),
+                kept,
+                True,
+                any_gpu,
+                inputs.place(any_gpu),
+                (*res.checks, fused_check),
+                condition_reason=REASON_KEPT_AUTO,
+            )
+            return dataclasses.replace(out, capacity=fused)
+    if rep.min_requests > 1 and any(r.concurrent_requests >= 1 for r in rep.rows):
+        # It runs, but not with what the user asked for: keep the pods from being placed.
+        placement = dataclasses.replace(
+            res.placement, placeable=False, reason=failed_reason(name), message=message
+        )
+        return dataclasses.replace(res, placement=placement)
+    requirement = inputs.requirement(Requirement.NONE, name)
+    refused = (
+        f"{res.moe_backend} cannot run: {name} failed: {message}; pods are pinned to no node so "
+        "they stay Pending instead of failing in vLLM's KV-cache sizing"
+    )
+    out = inputs.resolution(
+        res.moe_backend,
+        failed_reason(name),
+        refused,
+        False,
+        requirement,
+        inputs.place(requirement),
+        checks,
+    )
+    return dataclasses.replace(out, capacity=rep)
 
 
 def _explicit_layout_hint(inputs: DecisionInputs) -> str:

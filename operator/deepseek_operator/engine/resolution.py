@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.engine.capacity import CapacityReport
 from deepseek_operator.engine.checks import CheckResult, failed
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.layout import Layout, sequence_parallel
@@ -52,6 +53,7 @@ class Resolution:
     compute_domain: ComputeDomainMode = ComputeDomainMode.NOT_NEEDED
     leader_worker_set: bool = True  # the cluster serves LeaderWorkerSet (multi-pod replicas)
     vllm_version: str = ""  # the release whose rules decided
+    capacity: CapacityReport | None = None  # the KV-cache capacity of the decided path
 
     @property
     def eligible_nodes(self) -> tuple[str, ...]:

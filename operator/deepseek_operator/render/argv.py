@@ -78,6 +78,8 @@ def vllm_args(spec: DeepSeekServingSpec, res: Resolution, role: PodRole | None =
         )
     if e.gpu_memory_utilization is not None:
         args += ["--gpu-memory-utilization", str(e.gpu_memory_utilization)]
+    if e.kv_cache_memory_bytes is not None:
+        args += ["--kv-cache-memory-bytes", str(e.kv_cache_memory_bytes)]
     if e.block_size is not None:
         args += ["--block-size", str(e.block_size)]
     if e.trust_remote_code:

@@ -1,0 +1,198 @@
+"""What GPU memory a DeepSeek V4 / V4.1 replica needs: checkpoint geometry, KV records, release
+behaviour and per-product GPU memory, the data the capacity model (engine/capacity.py) reads.
+
+Sources: the checkpoints' HF configs and stored sizes (vllm-rules.md §7), vLLM 0.33.0's own code
+(``models/deepseek_v4/attention.py`` and ``compressor.py``, ``models/deepseek_v41/``,
+``v1/kv_cache_interface.py``, ``engine/arg_utils.py``, ``model_executor/layers/fused_moe/
+deep_gemm_mega_moe.py``) and the MegaMoE PR's measurement (vllm#57220). Each figure says where it
+came from; INFERRED marks arithmetic on those sources rather than a figure read from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class KvRecord:
+    """One per-layer KV cache of a DeepSeek V4 / V4.1 attention layer (one ``get_kv_cache_spec``).
+
+    ``tokens_per_state`` tokens share one ``bytes_per_state`` record; a ``window`` makes it a
+    sliding-window spec that reserves ``min(window - 1 + in-flight tokens, maxModelLen)`` tokens
+    per request; ``circular_rows`` makes it a circular buffer of that many rows per request.
+    """
+
+    name: str
+    layers: int
+    bytes_per_state: int
+    tokens_per_state: int = 1
+    window: int | None = None
+    circular_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class CapacityGeometry:
+    """What the weights and KV records of one checkpoint take, from its configs and stored sizes."""
+
+    num_layers: int
+    top_k: int
+    n_shared_experts: int
+    max_model_len: int  # max_position_embeddings
+    # Bytes the checkpoint stores outside the routed and shared experts that the GPUs hold
+    # (attention, norms, routers, embedding and LM head; engram tables stay in host memory with
+    # the recipe's cpu_offload), sharded over TP.
+    dense_bytes: int
+    draft_layers: int  # MTP / DSpark layers loaded with speculative decoding
+    # KV records per kvCacheDtype family: "packed" (vLLM's default fp8_ds_mla-style records) and
+    # "bf16" (unquantised 512-wide latents).
+    kv_records: dict[str, tuple[KvRecord, ...]]
+    source: str
+
+
+# V4-Flash (models/deepseek_v4/attention.py + compressor.py, 0.33.0): 43 layers with compress
+# ratios [0, 0, 4] + [128, 4] * 20. Every layer keeps a 128-token sliding window of 584 B
+# fp8_ds_mla records (448 fp8 NoPE + 128 B RoPE + 8 B scale); ratio-4 layers store a compressed
+# record per 4 tokens and a 132 B fp8 indexer record per compressed token; ratio-128 layers one
+# record per 128 tokens. The fp32 compressor state is 2 * coff * 512 wide (coff 2 for ratio 4,
+# 1 for ratio 128) with a sliding window of coff * ratio tokens.
+_V4_FLASH_PACKED = (
+    KvRecord("swa", 43, 584, window=128),
+    KvRecord("c4", 21, 584, tokens_per_state=4),
+    KvRecord("c4-indexer", 21, 132, tokens_per_state=4),
+    KvRecord("c128", 20, 584, tokens_per_state=128),
+    KvRecord("c4-state", 21, 2 * 2 * 512 * 4, window=8),
+    KvRecord("c128-state", 20, 2 * 1 * 512 * 4, window=128),
+)
+_V4_FLASH_BF16 = tuple(
+    KvRecord(r.name, r.layers, 1024, r.tokens_per_state, r.window, r.circular_rows)
+    if r.bytes_per_state == 584
+    else r
+    for r in _V4_FLASH_PACKED
+)
+
+# V4.1-Flash (models/deepseek_v41/attention.py + compressor.py, 0.33.0): 40 layers, a 528 B MXFP8
+# sliding-window record per layer; the compressed KV is shared across layers (only kv-source
+# layers own a cache) in 288 B nvfp4_ds_mla records: DeepSeek's own figure is 890 B of global KV
+# per token over all kv sources and their indexers, taken here as one record of 890 B per token.
+# The compressor keeps a CircularBufferSpec of max(8, next power of two of drafts + 2) rows of
+# fp32 2 * 2 * 512 per request and layer. INFERRED: window 128 like V4; the global figure's
+# split into sources is not needed for the per-request sum.
+_V41_FLASH_PACKED = (
+    KvRecord("swa", 40, 528, window=128),
+    KvRecord("global", 1, 890),
+    KvRecord("compressor-ring", 40, 2 * 2 * 512 * 4, circular_rows=8),
+)
+_V41_FLASH_BF16 = (
+    KvRecord("swa", 40, 1024, window=128),
+    KvRecord("global", 1, 890 * 1024 // 288),
+    KvRecord("compressor-ring", 40, 2 * 2 * 512 * 4, circular_rows=8),
+)
+
+GEOMETRY: dict[str, CapacityGeometry] = {
+    # INFERRED: 284B parameters minus 256 x 3 x 4096 x 2048 x 43 routed leaves ~7e9 in FP8 and the
+    # BF16 embedding/LM head (129280 x 4096 x 2 x 2 B); the shared experts are counted apart.
+    "deepseek-ai/DeepSeek-V4-Flash": CapacityGeometry(
+        num_layers=43,
+        top_k=6,
+        n_shared_experts=1,
+        max_model_len=1_048_576,
+        dense_bytes=7 * 10**9 - 43 * 3 * 4096 * 2048 + 129280 * 4096 * 2 * 2,
+        draft_layers=1,
+        kv_records={"packed": _V4_FLASH_PACKED, "bf16": _V4_FLASH_BF16},
+        source="HF config (43 layers, top-6, 1 shared expert, 1M positions); 284B parameters",
+    ),
+    # vllm-rules.md §7 stored sizes: attention / norms / routers 5.6 GiB (of which the FP8 shared
+    # experts, 40 x 3 x 5120 x 2304 B = 1.32 GiB, are counted apart) and embedding + LM head
+    # 5.8 GiB; the 188.8 GiB engram tables stay in host memory (cpu_offload).
+    "deepseek-ai/DeepSeek-V4.1-Flash": CapacityGeometry(
+        num_layers=40,
+        top_k=6,
+        n_shared_experts=1,
+        max_model_len=1_048_576,
+        dense_bytes=int((5.6 + 5.8) * GIB) - 40 * 3 * 5120 * 2304,
+        draft_layers=1,
+        kv_records={"packed": _V41_FLASH_PACKED, "bf16": _V41_FLASH_BF16},
+        source="HF config (40 layers, top-6, 1 shared expert); stored sizes of the checkpoint",
+    ),
+}
+GEOMETRY["deepseek-ai/DeepSeek-V4-Flash-Base"] = GEOMETRY["deepseek-ai/DeepSeek-V4-Flash"]
+
+# kvCacheDtype values that keep the packed records (vLLM maps auto / fp8 to fp8_ds_mla for these
+# models) and those that store BF16 latents.
+PACKED_KV_DTYPES = frozenset({"auto", "fp8", "fp8_e4m3", "fp8_ds_mla", "nvfp4_ds_mla"})
+BF16_KV_DTYPES = frozenset({"bfloat16", "bf16"})
+
+
+@dataclass(frozen=True)
+class ReleaseMemory:
+    """How one vLLM release's MegaMoE path lays out the expert weights."""
+
+    # MegaMoE pads the routed experts' intermediate size up to a multiple of this (None: no pad).
+    mega_moe_intermediate_multiple: int | None
+    # MegaMoE keeps the original shared-expert weights beside its fused copy.
+    mega_moe_retains_shared: bool
+    source: str
+
+
+# 0.33.0 (models/deepseek_v4/nvidia/model.py): DeepGemmMegaMoEExperts gets the checkpoint's
+# moe_intermediate_size unpadded and owns the fused shared expert (the caller drops its MLP),
+# replicated over TP under sequence parallelism: the two fixes of vllm#57204. INFERRED for the
+# older releases: they behave as the MegaMoE PR measured (2304 -> 2560, shared copy retained).
+_PR_ERA = ReleaseMemory(512, True, "INFERRED: as measured by vllm#57220 (before vllm#57204)")
+RELEASE_MEMORY: dict[str, ReleaseMemory] = {
+    "0.30.0": _PR_ERA,
+    "0.31.0": _PR_ERA,
+    "0.32.0": _PR_ERA,
+    "0.33.0": ReleaseMemory(None, False, "vLLM 0.33.0 models/deepseek_v4/nvidia/model.py"),
+}
+
+# MegaMoE's symmetric buffer per rank: DeepGEMM sizes it by batched tokens x top-k x hidden.
+# Calibrated (INFERRED) on kv-capacity.md's ~3.0 GiB for V4-Flash at 8K batched tokens:
+# 3 GiB / (8192 x 6 x 4096) = 16 B; V4-Pro's ~5.1 GiB comes out at 5.25 GiB (3 % over).
+SYMMETRIC_BUFFER_BYTES_PER_ELEMENT = 16
+
+# Allowances for what vLLM's profiling run measures besides weights and the symmetric buffer
+# (INFERRED, not measured here): activations peak at about 32 B per batched token and hidden
+# unit; CUDA graphs, NCCL buffers and the CUDA context take a fixed 2 GiB per GPU.
+ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 32
+FIXED_OVERHEAD_BYTES = 2 * GIB
+
+# vLLM 0.33.0 engine/arg_utils.py: the OpenAI server's default --max-num-batched-tokens is
+# 16384 on GPUs of at least 160 GiB, 8192 on those of at least 70 GiB (not A100), else 2048.
+# The default --gpu-memory-utilization is 0.9.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+def default_max_num_batched_tokens(gpu_memory_bytes: int, product: str) -> int:
+    """vLLM's OpenAI-server default ``--max-num-batched-tokens`` on this GPU."""
+    if gpu_memory_bytes >= 160 * GIB:
+        return 16384
+    if gpu_memory_bytes >= 70 * GIB and "a100" not in product.lower():
+        return 8192
+    return 2048
+
+
+# Memory per GPU (MiB, what NVML and GFD's nvidia.com/gpu.memory report) by exact GFD product:
+# for nodes without a memory label. INFERRED from the products' data sheets.
+PRODUCT_MEMORY_MIB: dict[str, int] = {
+    "NVIDIA-GB200": 189471,
+    "NVIDIA-B200": 183359,
+    "NVIDIA-GB300": 284208,
+    "NVIDIA-B300-SXM6-AC": 275040,
+    "NVIDIA-H200": 143771,
+    "NVIDIA-H100-80GB-HBM3": 81559,
+    "NVIDIA-H20": 97871,
+    "NVIDIA-H800": 81559,
+}
+
+
+def find_geometry(name: str) -> CapacityGeometry | None:
+    """The capacity geometry of a HF id or its basename (case-insensitive), or None."""
+    key = name.strip().rstrip("/").lower().split("/")[-1]
+    for full, geometry in GEOMETRY.items():
+        if full.lower().split("/")[-1] == key:
+            return geometry
+    return None
