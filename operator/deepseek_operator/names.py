@@ -160,6 +160,9 @@ REASON_DRA_DRIVER_MISSING = "DRADriverNotInstalled"
 REASON_COMPUTE_DOMAIN_DISABLED = "ComputeDomainDisabled"
 REASON_INVALID_SPEC = "InvalidSpec"
 """The spec breaks a static rule (normally stopped by the API server's CEL rules)."""
+# The client-facing Service is "<name>" + this: LeaderWorkerSet takes "<name>" for its headless
+# Service, and admission refuses serving names with this ending, so no two servings' names meet.
+SERVICE_SUFFIX = "-api"
 REASON_APPLIED = "Applied"
 """WorkloadApplied is True: the API server accepted every child object."""
 REASON_WORKLOAD_REFUSED = "WorkloadRefused"

@@ -80,3 +80,15 @@ def test_no_hostile_spec_raises_anything_but_a_spec_error(doc: dict[str, Any]) -
         parse_serving(doc)
     except SpecError as exc:
         assert "\n" not in str(exc) and exc.field_path
+
+
+def test_a_name_ending_in_the_service_suffix_is_refused_so_no_two_servings_names_meet() -> None:
+    # Serving "x" has the Service "x-api"; a multi-pod serving "x-api" would get LeaderWorkerSet's
+    # headless Service "x-api" too, and whichever came first would break the other.
+    doc = {**copy.deepcopy(SEED), "metadata": {"name": "x-api"}}
+    with pytest.raises(SpecError) as refused:
+        parse_serving(doc)
+    assert refused.value.field_path == "metadata.name"
+    assert "not ending in '-api'" in refused.value.message
+    for name in ("api", "x-apis", "x-api1"):
+        parse_serving({**copy.deepcopy(SEED), "metadata": {"name": name}})

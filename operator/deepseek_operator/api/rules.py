@@ -28,6 +28,7 @@ from deepseek_operator.api.eplb import (
     canonical_redundant_experts_arg,
 )
 from deepseek_operator.catalog.vllm import supported_releases, vllm_release
+from deepseek_operator.names import SERVICE_SUFFIX
 
 if TYPE_CHECKING:
     from deepseek_operator.api.spec import DeepSeekServingSpec
@@ -734,12 +735,15 @@ class NameRule:
 NAME_RULE = NameRule(
     cel=(
         f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && "
-        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && "
+        f"!self.metadata.name.endsWith('{SERVICE_SUFFIX}')"
     ),
     message=(
         "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting "
         f"with a letter and ending with a letter or digit) of at most {MAX_NAME_LENGTH} "
-        "characters: the operator names Services and LeaderWorkerSets after it"
+        f"characters, not ending in '{SERVICE_SUFFIX}': the operator names its LeaderWorkerSet "
+        f"after it and its Service <name>{SERVICE_SUFFIX}, and LeaderWorkerSet names a headless "
+        "Service after the LeaderWorkerSet, so a serving 'x-api' would take serving 'x''s name"
     ),
 )
 

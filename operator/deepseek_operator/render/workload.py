@@ -34,6 +34,7 @@ from deepseek_operator.names import (
     LWS_KIND,
     MANAGED_BY,
     PROJECT,
+    SERVICE_SUFFIX,
     SERVING_APP_NAME,
 )
 from deepseek_operator.render.affinity import group_affinity, node_affinity
@@ -223,10 +224,12 @@ def service_name(obj: ServingObject) -> str:
     LeaderWorkerSet's name (ours is ``<name>``) only if no Service of that name exists, and the
     workers reach their leader (``LWS_LEADER_ADDRESS``, ``<leader-pod>.<name>.<namespace>``) only
     through it. Its other names, ``<name>-<group index>`` (subdomain policy UniquePerReplica),
-    end in digits; ``-api`` does not. 44 characters at most (``MAX_NAME_LENGTH`` 40), within a
+    end in digits; ``-api`` does not, and admission refuses serving names ending in it, so a
+    serving ``x-api`` (whose LeaderWorkerSet's headless Service would be ``x-api``) never meets
+    serving ``x``'s Service. 44 characters at most (``MAX_NAME_LENGTH`` 40), within a
     Service name's 63.
     """
-    return f"{obj.name}-api"
+    return obj.name + SERVICE_SUFFIX
 
 
 def render_service(obj: ServingObject, heads_only: bool = False) -> dict[str, Any]:
