@@ -146,3 +146,15 @@ def test_a_fixed_kv_budget_is_rendered_and_may_not_be_repeated_in_extra_args() -
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(10 * GIB)
     with pytest.raises(SpecError, match="kv-cache-memory-bytes"):
         spec(engine={"kvCacheMemoryBytes": 1, "extraArgs": ["--kv-cache-memory-bytes", "2"]})
+
+
+def test_status_capacity_lists_each_gpu_type() -> None:
+    from deepseek_operator.render.status import build_status
+
+    res = resolve(spec(image="vllm/vllm-openai:v0.33.0"), gb200_pool())
+    status = build_status(res, generation=1, ready_replicas=0, now="2026-01-01T00:00:00Z")
+    assert status.capacity is not None and len(status.capacity) == 1
+    row = status.capacity[0]
+    assert row.gpu_product == "NVIDIA-GB200" and row.backend == "deep_gemm_mega_moe"
+    assert float(row.kv_cache_gib) > 0 and float(row.concurrent_requests) >= 1
+    assert abs(row.tokens - float(row.concurrent_requests) * row.max_model_len) < row.max_model_len

@@ -126,6 +126,40 @@ class GroupStatus(ApiModel):
     """Pods the group has (pods per replica)."""
 
 
+class CapacityStatus(ApiModel):
+    """What one replica leaves for the KV cache on one GPU type, as the capacity model computes it."""
+
+    gpu_product: str
+    """GPU product (nvidia.com/gpu.product) of the nodes the replica may land on."""
+
+    gpu_memory_mib: int
+    """Memory per GPU in MiB, and where it was read: see gpuMemorySource."""
+
+    gpu_memory_source: str = ""
+    """The label the memory was read from, or the catalog's product memory."""
+
+    backend: str
+    """The MoE path the figures are for: deep_gemm_mega_moe or FusedMoE (vLLM's auto)."""
+
+    weights_gib: str
+    """Weight bytes per GPU in GiB (two decimals)."""
+
+    symmetric_buffer_gib: str = "0.00"
+    """MegaMoE's symmetric buffer per GPU in GiB (sized by maxNumBatchedTokens)."""
+
+    kv_cache_gib: str
+    """KV-cache room per GPU in GiB at gpuMemoryUtilization (or the fixed engine.kvCacheMemoryBytes); negative when the weights alone do not fit."""
+
+    tokens: int
+    """Tokens the replica's KV cache holds: concurrentRequests x maxModelLen, as vLLM logs it."""
+
+    concurrent_requests: str
+    """Requests at maxModelLen the replica holds (every DP rank has its own pool; TP replicates KV)."""
+
+    max_model_len: int
+    """The context length the figures are for (engine.maxModelLen or the model's)."""
+
+
 class DeepSeekServingStatus(ApiModel):
     """Observed state written by the operator."""
 
@@ -143,6 +177,9 @@ class DeepSeekServingStatus(ApiModel):
 
     ready_replicas: int = 0
     """Replicas whose pods are all ready."""
+
+    capacity: list[CapacityStatus] | None = None
+    """Per GPU type the replica may land on: weights, MegaMoE buffer, KV room per GPU, tokens and concurrent requests at maxModelLen (the KVCacheCapacity check says whether they suffice)."""
 
     groups: list[GroupStatus] | None = None
     """Multi-pod replicas: one entry per LeaderWorkerSet group that has pods, by group index: its leader pod, NVLink clique, nodes and pods ready. The Ready condition's message sums them up."""

@@ -24,6 +24,7 @@ import yaml
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
+from deepseek_operator.engine import capacity
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
@@ -306,6 +307,7 @@ def _text_report(
     for c in status.conditions:
         lines.append(f"  {c.type:<15}  {c.status:<6}  {c.reason:<20}  {c.message}")
     lines.append("")
+    lines += capacity_lines(res)
     if res.clique_key is not None:
         lines.append(
             f"  NVLink cliques ({res.clique_key}) that can hold a {res.pods_per_replica}-pod group: "
@@ -315,6 +317,21 @@ def _text_report(
     for title, args in _pod_args(objects):
         lines.append(f"  {title}vllm serve " + " ".join(args))
     return "\n".join(lines) + "\n"
+
+
+def capacity_lines(res: Resolution) -> list[str]:
+    """The capacity table, the MegaMoE weight breakdown and the what-if line for auto."""
+    rep = res.capacity
+    if rep is None:
+        return []
+    if rep.unknown:
+        return [f"  capacity: not computed: {rep.unknown}", ""]
+    lines = [f"  capacity ({rep.path}, per replica):"]
+    lines += [f"    {capacity.breakdown(row)}" for row in rep.rows]
+    line = capacity.what_if(rep)
+    if line:
+        lines.append(f"  what-if: {line}")
+    return [*lines, ""]
 
 
 def _pod_args(objects: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:

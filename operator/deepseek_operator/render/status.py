@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from deepseek_operator import names as N
 from deepseek_operator.api import status as S
+from deepseek_operator.engine.capacity import gib
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.queueing import WorkloadSize
 from deepseek_operator.engine.resolution import Resolution
@@ -163,9 +164,31 @@ def build_status(
         ),
         replicas=res.replicas,
         ready_replicas=ready_replicas,
+        capacity=capacity_status(res),
         groups=list(groups) or None,
         conditions=conditions,
     )
+
+
+def capacity_status(res: Resolution) -> list[S.CapacityStatus] | None:
+    """``status.capacity``: the capacity model's figures per GPU type (None when unknown)."""
+    if res.capacity is None or not res.capacity.rows:
+        return None
+    return [
+        S.CapacityStatus(
+            gpu_product=row.gpu.product,
+            gpu_memory_mib=row.gpu.memory_bytes // 2**20,
+            gpu_memory_source=row.gpu.source,
+            backend=res.capacity.path,
+            weights_gib=gib(row.weights.total),
+            symmetric_buffer_gib=gib(row.symmetric_buffer),
+            kv_cache_gib=gib(row.kv_bytes),
+            tokens=row.tokens,
+            concurrent_requests=f"{row.concurrent_requests:.2f}",
+            max_model_len=row.max_model_len,
+        )
+        for row in res.capacity.rows
+    ]
 
 
 def _group_summary(group: S.GroupStatus) -> str:
