@@ -7,8 +7,8 @@ generates at least 1,000 careless and hostile DeepSeekServings per run (the host
 tolerations, node selector, resources, the model cache, the GPU resource name, the port, the
 layout). Each one goes to the real kube-apiserver (``create`` with ``dryRun=All`` and
 ``fieldValidation=Strict``); for each one it accepts, the operator's own :func:`plan` renders the
-children, and each child goes to the same API server as the operator sends it: a server-side
-apply (``application/apply-patch+yaml``, ``force``, ``fieldValidation=Strict``), dry run, past
+children, and each child goes to the same API server as the operator sends it (its own body
+encoding, :func:`encode_body`): a server-side apply (``application/apply-patch+yaml``, ``force``, ``fieldValidation=Strict``), dry run, past
 the real LeaderWorkerSet webhooks and the ComputeDomain CRD. No child may be refused.
 """
 
@@ -27,7 +27,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from deepseek_operator.api.load import parse_serving
-from deepseek_operator.controller.kube import group_version_prefix
+from deepseek_operator.controller.kube import encode_body, group_version_prefix
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import FIELD_MANAGER, GROUP, PLURAL, VERSION
@@ -69,6 +69,9 @@ CARELESS: list[tuple[tuple[str, ...], st.SearchStrategy[Any]]] = [
     (("spec", "replicas"), st.sampled_from([0, 1, 2])),
     (("spec", "moeBackend"), st.sampled_from(["auto", "triton", "deep_gemm_mega_moe"])),
     (("spec", "automountServiceAccountToken"), st.booleans()),
+    # Text beyond the Basic Multilingual Plane reaches the pod in env values and vLLM flags.
+    (("spec", "env"), st.just([{"name": "GREETING", "value": "h\u00e9llo \U0001f642"}])),
+    (("spec", "model", "servedModelName"), st.sampled_from(["dsv41-\U0001f642", "d\u00e9"])),
 ]
 # Layouts: the seed's single pod (a Deployment) and replicas spanning pods (a LeaderWorkerSet,
 # with a ComputeDomain channel in the GB200 clique).
@@ -156,7 +159,7 @@ def _apply_dry_run(api: Any, namespace: str, manifest: dict[str, Any]) -> str | 
             "Content-Type": "application/apply-patch+yaml",
             "Authorization": api.configuration.get_api_key_with_prefix("authorization"),
         },
-        body=json.dumps(manifest),
+        body=encode_body(manifest),
     )
     response.read()
     if 200 <= response.status < 300:

@@ -91,6 +91,16 @@ def refusal(exc: Exception) -> WriteRefused | None:
     return WriteRefused(status, message)
 
 
+def encode_body(body: Any) -> bytes:
+    """A request body as the API server must receive it: compact JSON in raw UTF-8.
+
+    Never ``\\u`` escapes: a server-side apply body is read by a YAML decoder, which refuses the
+    surrogate pair JSON writes for a character beyond the Basic Multilingual Plane (an emoji
+    in an env value) with a 400 the Deployment API itself would not give.
+    """
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
 def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The owner reference with ``controller: true`` of ``body`` (None: it has none)."""
     for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
@@ -205,7 +215,7 @@ class KubeClient:
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        data = None if body is None else encode_body(body)
         if isinstance(timeout, tuple):
             limits = urllib3.Timeout(connect=timeout[0], read=timeout[1])
         else:
