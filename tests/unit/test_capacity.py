@@ -158,3 +158,12 @@ def test_status_capacity_lists_each_gpu_type() -> None:
     assert row.gpu_product == "NVIDIA-GB200" and row.backend == "deep_gemm_mega_moe"
     assert float(row.kv_cache_gib) > 0 and float(row.concurrent_requests) >= 1
     assert abs(row.tokens - float(row.concurrent_requests) * row.max_model_len) < row.max_model_len
+
+
+def test_max_model_len_beyond_the_checkpoint_is_refused_in_one_line() -> None:
+    res = resolve(spec(engine={"maxModelLen": 2_000_000}), gb200_pool())
+    assert not res.backend_runnable and res.reason == "KVCacheCapacityFailed"
+    assert "spec.engine.maxModelLen 2000000 exceeds the checkpoint's 1048576 positions" in (
+        res.message
+    )
+    assert "\n" not in res.message

@@ -324,6 +324,8 @@ def capacity_lines(res: Resolution) -> list[str]:
     rep = res.capacity
     if rep is None:
         return []
+    if rep.refused:
+        return [f"  capacity: refused: {rep.refused}", ""]
     if rep.unknown:
         return [f"  capacity: not computed: {rep.unknown}", ""]
     lines = [f"  capacity ({rep.path}, per replica):"]

@@ -338,6 +338,7 @@ class CapacityReport:
     other: tuple[Capacity, ...] = ()  # the path auto would otherwise take (auto only)
     unknown: str = ""  # why no figures: the geometry, a fact or the GPU memory is unknown
     min_requests: int = 1  # what every row is held to: spec.capacity.minConcurrentRequests or 1
+    refused: str = ""  # a spec the model refuses outright (maxModelLen beyond the checkpoint's)
 
     @property
     def path(self) -> str:
@@ -352,6 +353,8 @@ class CapacityReport:
     @property
     def holds(self) -> bool:
         """Some GPU type holds the asked requests (true when nothing can be said)."""
+        if self.refused:
+            return False
         return bool(self.unknown) or not self.rows or bool(self.holding)
 
 
@@ -366,6 +369,14 @@ def report(
     """The capacity of ``spec`` on every GPU type in ``gpus`` for one path (and, with
     ``with_other``, the other path's figures for the what-if line)."""
     asked = spec.capacity.min_concurrent_requests or 1
+    geometry = find_geometry(facts.name)
+    wanted = spec.engine.max_model_len
+    if geometry is not None and wanted is not None and wanted > geometry.max_model_len:
+        refused = (
+            f"spec.engine.maxModelLen {wanted} exceeds the checkpoint's {geometry.max_model_len} "
+            "positions (max_position_embeddings); fix: lower engine.maxModelLen"
+        )
+        return CapacityReport(mega_moe, (), (), "", asked, refused)
 
     def rows(mega: bool) -> tuple[tuple[Capacity, ...], str]:
         out: list[Capacity] = []
@@ -395,6 +406,8 @@ def _fix(cap: Capacity) -> str:
 
 def kv_cache_check(rep: CapacityReport) -> tuple[bool, str]:
     """Whether the report's path holds the asked requests somewhere, and the one-line message."""
+    if rep.refused:
+        return False, rep.refused
     if rep.unknown:
         return True, f"capacity not computed: {rep.unknown}"
     best = max(rep.rows, key=lambda r: r.concurrent_requests)
