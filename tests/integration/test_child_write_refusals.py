@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +23,8 @@ from tests.unit.factories import gb200_pool
 from deepseek_operator.controller.kube import KubeClient, refusal
 from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
-from k8s.cluster import ControlPlane
+from k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
+from k8s.operator import install_crds
 
 pytestmark = pytest.mark.integration
 
@@ -63,10 +65,24 @@ def _condition(body: dict[str, Any], ctype: str) -> dict[str, Any]:
     return next((c for c in conditions if c["type"] == ctype), {})
 
 
+@pytest.fixture(scope="module")
+def private_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """An API server of this module's own, with our CRDs: on the session's, an operator started
+    by an earlier test reconciles every DeepSeekServing too, and its (unspoiled) apply would
+    race the Reconciler under test."""
+    cp = start_control_plane(lambda: tmp_path_factory.mktemp("private-plane"))
+    try:
+        install_crds(cp)
+        cp.create_namespace("refusals")
+        yield cp
+    finally:
+        stop_control_plane(cp)
+
+
 def test_a_500_answer_to_a_child_write_is_in_the_status_an_event_and_backs_off(
-    control_plane: ControlPlane, crds: ControlPlane, namespace: str
+    private_plane: ControlPlane,
 ) -> None:
-    cp = control_plane
+    cp, namespace = private_plane, "refusals"
     doc = copy.deepcopy(SEED)
     doc["metadata"] = {"name": "dup", "namespace": namespace}
     doc["spec"]["env"] = [{"name": "A", "value": "1"}]

@@ -163,7 +163,10 @@ def _inject(deployment: dict[str, Any], field: str, value: Any, gpus: str) -> di
         gpu = "nvidia.com/gpu"
         for kind in ("requests", "limits"):
             given = value.get(kind, seed.get(kind, {}))
-            container["resources"][kind] = {k: _amount(v) for k, v in given.items()}
+            # A null amount is dropped by admission (as the API server does): render never sees it.
+            container["resources"][kind] = {
+                k: _amount(v) for k, v in given.items() if v is not None
+            }
             container["resources"][kind][gpu] = gpus
     elif field == "modelCache.mountPath":
         container["env"][0]["value"] = value

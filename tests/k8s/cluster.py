@@ -781,6 +781,30 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
+def start_control_plane(work_dir: Callable[[], Path]) -> ControlPlane:
+    """Start etcd + kube-apiserver in a fresh ``work_dir()``, trying again when a free port was
+    taken before we bound it; a failure after every attempt fails the test with the logs."""
+    bin_dir = require_binaries(CORE_BINARIES)
+    errors: list[str] = []
+    for attempt in range(1, START_ATTEMPTS + 1):
+        cp = ControlPlane(bin_dir=bin_dir, work_dir=work_dir())
+        _ACTIVE.append(cp)
+        try:
+            cp.start()
+            return cp
+        except Exception as exc:
+            errors.append(f"attempt {attempt}: {exc}\n{cp.log_tails(60)}")
+            cp.stop()
+            _ACTIVE.remove(cp)
+    pytest.fail("control plane failed to start:\n" + "\n".join(errors), pytrace=False)
+
+
+def stop_control_plane(cp: ControlPlane) -> None:
+    """Stop a plane :func:`start_control_plane` started."""
+    cp.stop()
+    _ACTIVE.remove(cp)
+
+
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """Session-wide etcd + kube-apiserver; yields a :class:`ControlPlane`.
@@ -788,20 +812,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     While it runs, ``os.environ["KUBECONFIG"]`` points at its admin kubeconfig, so nothing in the
     test process (kopf included) can reach a developer's real cluster by default.
     """
-    bin_dir = require_binaries(CORE_BINARIES)
-    errors: list[str] = []
-    for attempt in range(1, START_ATTEMPTS + 1):  # a free port can be taken before we bind it
-        cp = ControlPlane(bin_dir=bin_dir, work_dir=tmp_path_factory.mktemp("control-plane"))
-        _ACTIVE.append(cp)
-        try:
-            cp.start()
-            break
-        except Exception as exc:
-            errors.append(f"attempt {attempt}: {exc}\n{cp.log_tails(60)}")
-            cp.stop()
-            _ACTIVE.remove(cp)
-    else:
-        pytest.fail("control plane failed to start:\n" + "\n".join(errors), pytrace=False)
+    cp = start_control_plane(lambda: tmp_path_factory.mktemp("control-plane"))
     previous = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cp.kubeconfig)
     try:
@@ -811,8 +822,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = previous
-        cp.stop()
-        _ACTIVE.remove(cp)
+        stop_control_plane(cp)
 
 
 @pytest.fixture(scope="session")
