@@ -17,7 +17,15 @@ e. multi-node launch: for a replica spanning pods (a LeaderWorkerSet group), the
    the workers' (index 1 and the last) go through vLLM's own `create_engine_config` launch options
    into its `ParallelConfig`: vLLM refuses exactly what our engine refuses, and otherwise each pod
    runs `dataParallelSizeLocal` DP engines starting at DP rank index x local, on
-   GPUs-per-pod GPUs, as DP engines (not a multi-node TP/PP worker).
+   GPUs-per-pod GPUs, as DP engines (not a multi-node TP/PP worker);
+f. capacity (conformance/capacity_oracle.py): for a matrix of V4-Flash layouts (TP / DP / EP,
+   kvCacheDtype, maxNumBatchedTokens, maxModelLen), the KV cache groups our capacity model uses
+   equal the groups the release's own cache layers' `get_kv_cache_spec()` and planner form
+   (layer specs, page bytes, block sizes, windows), and given the same available bytes (our KV
+   room on a GB200 and an H200 on both MoE paths, and the one-request boundary) the number of
+   blocks, blocks per request and maximum concurrency equal what its `get_kv_cache_configs` and
+   `get_max_concurrency_for_kv_cache_config` compute, refusals included
+   (conformance/capacity_check.py).
 
 The GB200 nodes (compute capability 10.0) are NVL72 trays in one NVLink clique, so multi-node
 MegaMoE is checked against vLLM's guards there; elsewhere our A11 (one NVLink clique, a placement
@@ -42,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.capacity_check import check_capacity
 from deepseek_operator.api import spec as spec_module
 from deepseek_operator.api.eplb import redundant_experts
 from deepseek_operator.api.load import parse_spec
@@ -672,6 +681,16 @@ def main(argv: Iterable[str] | None = None) -> int:
         report.mismatches[:0] = names_and_sets(release)
         print_report(report, options.limit)
         failed |= bool(report.mismatches)
+        t0 = time.monotonic()
+        capacity = check_capacity(release, oracle_python(release))
+        print(
+            f"vLLM {release:8} capacity layouts {capacity.layouts:4}  pools {capacity.pools:5}  "
+            f"mismatches {len(capacity.mismatches):4}  ({time.monotonic() - t0:.0f}s; "
+            "V4-Flash KV groups and blocks; V4.1, spec decode, PP/DCP and weights not covered)"
+        )
+        for line in capacity.mismatches[: options.limit]:
+            print("  " + line)
+        failed |= bool(capacity.mismatches)
     return 1 if failed else 0
 
 

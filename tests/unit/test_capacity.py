@@ -72,6 +72,45 @@ def test_v4_and_v41_kv_records_differ() -> None:
     assert v4.per_request_bytes > 2 * v41.per_request_bytes
 
 
+# vLLM 0.33.0's own planner on V4-Flash's cache layers (conformance/capacity_oracle.py): 60 GiB
+# of KV room at 1M context / 8K batched tokens (packed fp8_ds_mla), and at 32K / 2K (bf16).
+V4_FLASH = "deepseek-ai/DeepSeek-V4-Flash"
+
+
+@pytest.mark.parametrize(
+    ("family", "length", "batched", "expected"),
+    [
+        ("packed", 1_048_576, 8192, (1_002_240, 10_778, 64_280, 5.964000742252737)),
+        ("bf16", 32_768, 2048, (1_600_000, 1_818, 40_265, 22.14796479647965)),
+    ],
+)
+def test_v4_block_pool_equals_vllms_planner(
+    family: str, length: int, batched: int, expected: tuple[int, int, int, float]
+) -> None:
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry(V4_FLASH)
+    assert geometry is not None and geometry.kv_groups is not None
+    block, per_request, blocks = C.kv_blocks(
+        geometry.kv_groups[family], 60 * GIB, length, 2 * batched, 1, 1
+    )
+    assert (block, per_request, blocks, C.pool_concurrency(blocks, per_request)) == expected
+
+
+def test_the_pool_keeps_a_null_block_so_one_request_needs_one_block_more() -> None:
+    # vLLM refuses to start below blocks_per_request + 1 blocks (_check_enough_kv_cache_memory).
+    assert C.pool_concurrency(10_778, 10_778) == 0.0
+    assert C.pool_concurrency(10_779, 10_778) == 10_779 / 10_778
+
+
+def test_v4_capacity_uses_the_block_pool_and_v41_the_per_token_estimate() -> None:
+    v4 = _cap("0.33.0", False, H200, model={"name": V4_FLASH})
+    assert v4.num_blocks is not None and v4.blocks_per_request is not None
+    assert v4.requests_per_rank == v4.num_blocks / v4.blocks_per_request
+    v41 = _cap("0.33.0", False, H200)
+    assert v41.num_blocks is None and v41.requests_per_rank == v41.kv_bytes / v41.per_request_bytes
+
+
 def test_fixed_kv_budget_replaces_the_utilisation_figure() -> None:
     cap = _cap("0.33.0", False, engine={"kvCacheMemoryBytes": 10 * GIB})
     assert cap.kv_bytes == 10 * GIB and cap.fixed_kv_budget

@@ -34,6 +34,37 @@ class KvRecord:
 
 
 @dataclass(frozen=True)
+class KvLayerSpec:
+    """One layer's KV cache spec as the release's ``get_kv_cache_spec()`` returns it.
+
+    ``kind`` is vLLM's spec family: ``full`` (a block per ``block_size`` tokens of the whole
+    context), ``sliding`` (``cdiv(min(window - 1 + in-flight tokens, maxModelLen), block_size)
+    + 1`` blocks per request) or ``circular`` (one block per request). ``page_bytes`` is the
+    spec's ``page_size_bytes``, alignment padding included.
+    """
+
+    kind: str
+    block_size: int
+    page_bytes: int
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    """One KV cache group as the release's planner forms it: (layer spec, layer count) pairs.
+
+    Every group draws blocks from one shared pool; a block costs the largest group's bytes.
+    """
+
+    layers: tuple[tuple[KvLayerSpec, int], ...]
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes one block of this group spans over all its layers."""
+        return sum(spec.page_bytes * count for spec, count in self.layers)
+
+
+@dataclass(frozen=True)
 class CapacityGeometry:
     """What the weights and KV records of one checkpoint take, from its configs and stored sizes."""
 
@@ -47,9 +78,14 @@ class CapacityGeometry:
     dense_bytes: int
     draft_layers: int  # MTP / DSpark layers loaded with speculative decoding
     # KV records per kvCacheDtype family: "packed" (vLLM's default fp8_ds_mla-style records) and
-    # "bf16" (unquantised 512-wide latents).
+    # "bf16" (unquantised 512-wide latents): a per-token estimate, used where ``kv_groups`` is
+    # unknown.
     kv_records: dict[str, tuple[KvRecord, ...]]
     source: str
+    # The release's own KV cache groups per kvCacheDtype family (conformance/capacity_oracle.py
+    # builds them with vLLM's cache layers and planner and checks them equal): when known, the
+    # capacity is vLLM's block arithmetic on them instead of the per-token estimate.
+    kv_groups: dict[str, tuple[KvGroup, ...]] | None = None
 
 
 # V4-Flash (models/deepseek_v4/attention.py + compressor.py, 0.33.0): 43 layers with compress
@@ -72,6 +108,48 @@ _V4_FLASH_BF16 = tuple(
     else r
     for r in _V4_FLASH_PACKED
 )
+
+
+def _v4_flash_groups(
+    swa: int, c4: int, indexer: int, c128: int, c4_state: int, indexer_state: int, c128_state: int
+) -> tuple[KvGroup, ...]:
+    """V4-Flash's KV cache groups in vLLM 0.33.0 given each spec's page bytes.
+
+    The planner splits the 43 sliding-window (SWA) layers into groups of 22 and 21, puts the
+    compressed KV of the 21 ratio-4 and 20 ratio-128 layers with the 21 indexer caches in one
+    full-attention group (256-token blocks: 64 ratio-4 or 2 ratio-128 states), the ratio-4
+    compressor states (21 for the KV, 21 for the indexer; window 8, 4-token blocks) in one and the
+    20 ratio-128 compressor states (window 128, 8-token blocks) in another.
+    """
+    window = KvLayerSpec("sliding", 64, swa, 128)
+    return (
+        KvGroup(((window, 22),)),
+        KvGroup(((window, 21),)),
+        KvGroup(
+            (
+                (KvLayerSpec("full", 256, c4), 21),
+                (KvLayerSpec("full", 256, indexer), 21),
+                (KvLayerSpec("full", 256, c128), 20),
+            )
+        ),
+        KvGroup(
+            (
+                (KvLayerSpec("sliding", 4, c4_state, 8), 21),
+                (KvLayerSpec("sliding", 4, indexer_state, 8), 21),
+            )
+        ),
+        KvGroup(((KvLayerSpec("sliding", 8, c128_state, 128), 20),)),
+    )
+
+
+# Page bytes (vLLM 0.33.0 page_size_bytes): fp8_ds_mla pads 584 B records to a 576 B multiple
+# (64 x 584 -> 37440; 2 x 584 -> 1728; 64 x 132 indexer -> 8640), fp32 compressor states are
+# 4 x 2 x 2 x 512 x 4 B (ratio 4) and 8 x 2 x 512 x 4 B (ratio 128) padded the same way; bf16 rows
+# are 1024 B per state with 512 B alignment.
+_V4_FLASH_GROUPS = {
+    "packed": _v4_flash_groups(37440, 37440, 8640, 1728, 32832, 8640, 32832),
+    "bf16": _v4_flash_groups(65536, 65536, 8704, 2048, 32768, 8192, 32768),
+}
 
 # V4.1-Flash (models/deepseek_v41/attention.py + compressor.py, 0.33.0): 40 layers, a 528 B MXFP8
 # sliding-window record per layer; the compressed KV is shared across layers (only kv-source
@@ -103,6 +181,7 @@ GEOMETRY: dict[str, CapacityGeometry] = {
         draft_layers=1,
         kv_records={"packed": _V4_FLASH_PACKED, "bf16": _V4_FLASH_BF16},
         source="HF config (43 layers, top-6, 1 shared expert, 1M positions); 284B parameters",
+        kv_groups=_V4_FLASH_GROUPS,
     ),
     # vllm-rules.md §7 stored sizes: attention / norms / routers 5.6 GiB (of which the FP8 shared
     # experts, 40 x 3 x 5120 x 2304 B = 1.32 GiB, are counted apart) and embedding + LM head

@@ -6,7 +6,9 @@ It follows how vLLM sizes the KV cache (kv-capacity facts, vLLM 0.33.0): request
 and the profiled activations / CUDA graphs leave of it (``--kv-cache-memory-bytes`` replaces it
 with a fixed figure); a request at ``maxModelLen`` needs every full-attention record for all its
 tokens and, per sliding-window record, ``min(W - 1 + in-flight tokens, maxModelLen)`` tokens,
-where in-flight tokens are ``max_concurrent_batches x maxNumBatchedTokens``. KV is not sharded
+where in-flight tokens are ``max_concurrent_batches x maxNumBatchedTokens``. Where the release's
+own KV cache groups are known (V4-Flash, proven by conformance/capacity_check.py) this is vLLM's
+block arithmetic on them (``kv_blocks``); elsewhere a per-token estimate. KV is not sharded
 over TP (``max_tp_shards=1``): every TP rank holds the whole request, pipeline stages split the
 layers, and each DP rank has its own pool, so DP layouts hold more requests than TP layouts of
 the same GPU count. Pure: no clock, no environment, no Kubernetes.
@@ -31,6 +33,8 @@ from deepseek_operator.catalog.capacity import (
     RELEASE_MEMORY,
     SYMMETRIC_BUFFER_BYTES_PER_ELEMENT,
     CapacityGeometry,
+    KvGroup,
+    KvLayerSpec,
     KvRecord,
     default_max_num_batched_tokens,
     find_geometry,
@@ -84,6 +88,15 @@ class Weights:
         return self.padding + self.retained_shared + self.replicated_shared
 
 
+def pool_concurrency(num_blocks: int, blocks_per_request: int) -> float:
+    """vLLM's maximum concurrency of a block pool (``get_max_concurrency_for_kv_cache_config``),
+    0 where it refuses to start: the pool keeps one null block, so one request needs
+    ``blocks_per_request + 1`` blocks (``_check_enough_kv_cache_memory``)."""
+    if num_blocks <= blocks_per_request:
+        return 0.0
+    return num_blocks / blocks_per_request
+
+
 @dataclass(frozen=True)
 class Capacity:
     """The KV room one replica leaves on one GPU type, and what it holds."""
@@ -99,10 +112,16 @@ class Capacity:
     per_request_bytes: int  # one request at maxModelLen, on one GPU of one DP rank
     dp_ranks: int
     max_model_len: int
+    # vLLM's block pool where the release's KV groups are known (else None: per-token estimate).
+    num_blocks: int | None = None
+    blocks_per_request: int | None = None
 
     @property
     def requests_per_rank(self) -> float:
-        """vLLM's "maximum concurrency" of one DP rank's engine at maxModelLen."""
+        """vLLM's "maximum concurrency" of one DP rank's engine at maxModelLen: num_blocks over the
+        blocks one request takes, 0 where vLLM refuses to start (the pool keeps one null block)."""
+        if self.num_blocks is not None and self.blocks_per_request is not None:
+            return pool_concurrency(self.num_blocks, self.blocks_per_request)
         return max(self.kv_bytes, 0) / self.per_request_bytes
 
     @property
@@ -128,17 +147,72 @@ def gib(value: int | float) -> str:
     return f"{value / GIB:.2f}"
 
 
+def kv_family(kv_cache_dtype: str | None) -> str | None:
+    """``packed`` or ``bf16`` for ``kvCacheDtype`` (None or auto: vLLM's packed default)."""
+    dtype = (kv_cache_dtype or "auto").lower()
+    if dtype in PACKED_KV_DTYPES:
+        return "packed"
+    if dtype in BF16_KV_DTYPES:
+        return "bf16"
+    return None
+
+
 def kv_records(
     geometry: CapacityGeometry, kv_cache_dtype: str | None
 ) -> tuple[KvRecord, ...] | str:
     """The KV records for ``kvCacheDtype`` (None or auto: vLLM's packed default), or why not."""
-    dtype = (kv_cache_dtype or "auto").lower()
-    if dtype in PACKED_KV_DTYPES:
-        return geometry.kv_records["packed"]
-    if dtype in BF16_KV_DTYPES:
-        return geometry.kv_records["bf16"]
-    known = ", ".join(sorted(PACKED_KV_DTYPES | BF16_KV_DTYPES))
-    return f"spec.engine.kvCacheDtype {kv_cache_dtype!r} has no known KV record size ({known})"
+    family = kv_family(kv_cache_dtype)
+    if family is None:
+        known = ", ".join(sorted(PACKED_KV_DTYPES | BF16_KV_DTYPES))
+        return f"spec.engine.kvCacheDtype {kv_cache_dtype!r} has no known KV record size ({known})"
+    return geometry.kv_records[family]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def layer_blocks_per_request(
+    spec: KvLayerSpec, max_model_len: int, in_flight_tokens: int, dcp: int
+) -> int:
+    """Blocks one request at ``max_model_len`` takes of one layer spec (vLLM 0.33.0
+    ``max_memory_usage_bytes`` / ``page_size_bytes`` of v1/kv_cache_interface.py)."""
+    if spec.kind == "circular":
+        return 1  # the ring occupies one block for the request's lifetime
+    if spec.kind == "sliding":
+        assert spec.window is not None
+        tokens = min(spec.window - 1 + in_flight_tokens, max_model_len)
+        # +1: the window need not start at a block boundary.
+        return _cdiv(tokens, spec.block_size) + 1
+    return _cdiv(_cdiv(max_model_len, dcp), spec.block_size)
+
+
+def kv_blocks(
+    groups: Sequence[KvGroup],
+    kv_bytes: int,
+    max_model_len: int,
+    in_flight_tokens: int,
+    pipeline_stages: int,
+    dcp: int,
+) -> tuple[int, int, int]:
+    """vLLM's block pool for ``kv_bytes`` per GPU: (bytes per block, blocks per request at
+    ``max_model_len``, number of blocks), as v1/core/kv_cache_planning.py and
+    ``get_max_concurrency_for_kv_cache_config`` compute them.
+
+    A block costs the largest group's page over all its layers (every group draws from one pool);
+    a group's request takes the most blocks any of its layers needs; the groups add up.
+    INFERRED for pipeline stages > 1 (not proven by conformance): each stage holds 1/PP of
+    every group's layers.
+    """
+    bytes_per_block = _cdiv(max(g.page_bytes for g in groups), pipeline_stages)
+    per_request = sum(
+        max(
+            layer_blocks_per_request(spec, max_model_len, in_flight_tokens, dcp)
+            for spec, _ in g.layers
+        )
+        for g in groups
+    )
+    return bytes_per_block, per_request, max(kv_bytes, 0) // bytes_per_block
 
 
 def max_concurrent_batches(spec: DeepSeekServingSpec) -> int:
@@ -240,6 +314,7 @@ def capacity(
     records = kv_records(geometry, spec.engine.kv_cache_dtype)
     if isinstance(records, str):
         return Unknown(records)
+    family = kv_family(spec.engine.kv_cache_dtype)
     engine, p = spec.engine, spec.parallelism
     max_model_len = engine.max_model_len or geometry.max_model_len
     batched = engine.max_num_batched_tokens or default_max_num_batched_tokens(
@@ -261,13 +336,26 @@ def capacity(
     else:
         requested = math.ceil(gpu.memory_bytes * utilisation)
         kv = requested - weights.total - buffer - allowance
-    request = per_request_bytes(
-        records,
-        max_model_len,
-        max_concurrent_batches(spec) * batched,
-        p.pipeline_parallel_size,
-        p.decode_context_parallel_size,
-    )
+    in_flight = max_concurrent_batches(spec) * batched
+    num_blocks = blocks_per_request = None
+    if geometry.kv_groups is not None and family is not None:
+        block_bytes, blocks_per_request, num_blocks = kv_blocks(
+            geometry.kv_groups[family],
+            kv,
+            max_model_len,
+            in_flight,
+            p.pipeline_parallel_size,
+            p.decode_context_parallel_size,
+        )
+        request = block_bytes * blocks_per_request
+    else:
+        request = per_request_bytes(
+            records,
+            max_model_len,
+            in_flight,
+            p.pipeline_parallel_size,
+            p.decode_context_parallel_size,
+        )
     return Capacity(
         gpu=gpu,
         mega_moe=mega_moe,
@@ -280,6 +368,8 @@ def capacity(
         per_request_bytes=request,
         dp_ranks=p.data_parallel_size,
         max_model_len=max_model_len,
+        num_blocks=num_blocks,
+        blocks_per_request=blocks_per_request,
     )
 
 

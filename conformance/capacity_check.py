@@ -1,0 +1,195 @@
+"""(f) of the harness: our capacity model's KV figures against the release's own KV planner.
+
+Runs in the operator's virtualenv. For each DeepSeekServing of the capacity matrix it computes
+with OUR capacity model (engine/capacity.py, catalog/capacity.py) the KV cache groups, the KV room
+on a GB200 and an H200 for both MoE paths, and from those and the one-request boundary the block
+pool; it asks conformance/capacity_oracle.py (the release's virtualenv, one process) for the
+groups the release's own cache layers and planner form and its blocks and concurrency for the same
+available bytes, and reports every difference.
+
+What is not covered, and why: V4.1-Flash (its cache layers need the checkpoint's kv-source layer
+pattern, which the repository does not hold; its KV figures stay a per-token estimate),
+speculative decoding (the draft's own KV layers and the retained lookahead tokens are not built),
+pipeline and decode context parallelism (vLLM projects the groups per stage; V4's sliding-window
+specs refuse DCP). Weight bytes per GPU are computed from checkpoint dimensions, not counted on
+the meta device: see the README's capacity section.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepseek_operator.api.load import parse_spec
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.catalog.capacity import MIB, PRODUCT_MEMORY_MIB, KvGroup, find_geometry
+from deepseek_operator.engine import capacity as C
+from deepseek_operator.engine.model_facts import model_facts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODEL = "deepseek-ai/DeepSeek-V4-Flash"
+V4_ARCH = "DeepseekV4ForCausalLM"
+# (TP, DP, EP): KV specs do not depend on them (max_tp_shards=1), the KV room does.
+LAYOUTS = ((4, 1, True), (4, 1, False), (8, 1, True), (1, 4, True), (2, 2, True))
+KV_DTYPES = (None, "fp8", "bfloat16")
+BATCHED = (512, 2048, 8192, 16384)
+MAX_MODEL_LENS = (4096, 32768, 131072, 1048576)
+GPUS = (
+    C.GpuType("NVIDIA-GB200", PRODUCT_MEMORY_MIB["NVIDIA-GB200"] * MIB, "catalog"),
+    C.GpuType("NVIDIA-H200", PRODUCT_MEMORY_MIB["NVIDIA-H200"] * MIB, "catalog"),
+)
+
+
+@dataclass(frozen=True)
+class CapacityCase:
+    """One layout of the capacity matrix."""
+
+    id: str
+    spec: DeepSeekServingSpec
+
+
+def capacity_cases(release: str) -> Iterator[CapacityCase]:
+    """V4-Flash x layouts x kvCacheDtype x maxNumBatchedTokens x maxModelLen."""
+    for (tp, dp, ep), dtype, batched, length in itertools.product(
+        LAYOUTS, KV_DTYPES, BATCHED, MAX_MODEL_LENS
+    ):
+        engine: dict[str, Any] = {"maxNumBatchedTokens": batched, "maxModelLen": length}
+        if dtype is not None:
+            engine["kvCacheDtype"] = dtype
+        raw = {
+            "model": {"name": MODEL},
+            "image": "vllm/vllm-openai:latest",
+            "vllmVersion": release,
+            "moeBackend": "flashinfer_trtllm",
+            "parallelism": {"tensorParallelSize": tp, "dataParallelSize": dp, "expertParallel": ep},
+            "engine": engine,
+        }
+        ident = f"V4-Flash/tp{tp}dp{dp}{'/ep' if ep else ''}/kv:{dtype or 'auto'}"
+        yield CapacityCase(f"{ident}/batched{batched}/len{length}", parse_spec(raw))
+
+
+def group_summary(groups: tuple[KvGroup, ...]) -> list[list[list[Any]]]:
+    """Our groups in the oracle's shape: per group, sorted [layer spec, count] pairs."""
+    out = []
+    for group in groups:
+        pairs = {
+            json.dumps(
+                {
+                    "kind": spec.kind,
+                    "block_size": spec.block_size,
+                    "page_bytes": spec.page_bytes,
+                    "window": spec.window,
+                }
+            ): count
+            for spec, count in group.layers
+        }
+        out.append([[json.loads(k), n] for k, n in sorted(pairs.items())])
+    return out
+
+
+@dataclass
+class CapacityReport:
+    """The outcome of (f) for one release."""
+
+    layouts: int = 0
+    pools: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+
+def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[int], int, int]:
+    """Our groups, the available figures to ask about, in-flight tokens and max model length."""
+    spec = case.spec
+    geometry = find_geometry(spec.model.name)
+    family = C.kv_family(spec.engine.kv_cache_dtype)
+    assert geometry is not None and geometry.kv_groups is not None and family is not None
+    groups = geometry.kv_groups[family]
+    facts = model_facts(spec.model)
+    available = []
+    for gpu, mega in itertools.product(GPUS, (False, True)):
+        cap = C.capacity(spec, facts, release, mega, gpu)
+        assert isinstance(cap, C.Capacity), cap
+        available.append(cap.kv_bytes)
+    batched = spec.engine.max_num_batched_tokens
+    length = spec.engine.max_model_len
+    assert batched is not None and length is not None
+    in_flight = C.max_concurrent_batches(spec) * batched
+    block, per_request, _ = C.kv_blocks(groups, 0, length, in_flight, 1, 1)
+    # The one-request boundary: vLLM keeps a null block, so it needs per_request + 1 blocks.
+    available += [block * (per_request + 1) - 1, block * (per_request + 1)]
+    return groups, [a for a in available if a > 0], in_flight, length
+
+
+def check_capacity(release: str, python: Path) -> CapacityReport:
+    """(f) for one release: every case of the matrix through the oracle and our model."""
+    report = CapacityReport()
+    cases = list(capacity_cases(release))
+    queries, ours = [], []
+    for case in cases:
+        groups, available, in_flight, length = _ours(case, release)
+        p = case.spec.parallelism
+        queries.append(
+            {
+                "id": case.id,
+                "architecture": V4_ARCH,
+                "kv_cache_dtype": case.spec.engine.kv_cache_dtype or "auto",
+                "max_model_len": length,
+                "max_num_batched_tokens": case.spec.engine.max_num_batched_tokens,
+                "tensor_parallel_size": p.tensor_parallel_size,
+                "data_parallel_size": p.data_parallel_size,
+                "available": available,
+            }
+        )
+        ours.append((groups, in_flight, length))
+    proc = subprocess.run(
+        [str(python), "-m", "conformance.capacity_oracle"],
+        input=json.dumps(queries),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    if proc.returncode != 0:
+        report.mismatches.append(f"[capacity] the oracle failed: {proc.stderr[-2000:]}")
+        return report
+    answers = json.loads(proc.stdout)["answers"]
+    report.layouts = len(cases)
+    for case, (groups, in_flight, length), answer in zip(cases, ours, answers, strict=True):
+        where = case.id
+        if "error" in answer:
+            report.mismatches.append(f"[capacity] oracle error {answer['error']}: {where}")
+            continue
+        if answer["groups"] != group_summary(groups):
+            report.mismatches.append(
+                f"[capacity] KV groups: vLLM {answer['groups']}, ours {group_summary(groups)}: {where}"
+            )
+            continue
+        for pool in answer["pools"]:
+            report.pools += 1
+            _, per_request, blocks = C.kv_blocks(groups, pool["available"], length, in_flight, 1, 1)
+            concurrency = C.pool_concurrency(blocks, per_request)
+            if "refused" in pool:
+                if concurrency != 0:
+                    report.mismatches.append(
+                        f"[capacity] {pool['available']} B: vLLM refuses ({pool['refused'][:120]}), "
+                        f"we hold {concurrency:.3f} requests: {where}"
+                    )
+                continue
+            theirs = (pool["num_blocks"], answer["blocks_per_request"], pool["max_concurrency"])
+            mine = (blocks, per_request, concurrency)
+            if theirs != mine:
+                report.mismatches.append(
+                    f"[capacity] {pool['available']} B: vLLM (blocks, per request, concurrency) "
+                    f"{theirs}, ours {mine}: {where}"
+                )
+            if pool["tokens"] != int(concurrency * length):
+                report.mismatches.append(
+                    f"[capacity] {pool['available']} B: vLLM {pool['tokens']} tokens, ours "
+                    f"{int(concurrency * length)}: {where}"
+                )
+    return report
