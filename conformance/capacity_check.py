@@ -7,12 +7,14 @@ pool; it asks conformance/capacity_oracle.py (the release's virtualenv, one proc
 groups the release's own cache layers and planner form and its blocks and concurrency for the same
 available bytes, and reports every difference.
 
-What is not covered, and why: V4.1-Flash (its cache layers need the checkpoint's kv-source layer
-pattern, which the repository does not hold; its KV figures stay a per-token estimate),
-speculative decoding (the draft's own KV layers and the retained lookahead tokens are not built),
-pipeline and decode context parallelism (vLLM projects the groups per stage; V4's sliding-window
-specs refuse DCP). Weight bytes per GPU are computed from checkpoint dimensions, not counted on
-the meta device: see the README's capacity section.
+Speculative decoding is MTP (V4-Flash's one MTP module): the draft layer adds a sliding-window
+cache, and the retained lookahead comes from vLLM's own `num_prefill_lookahead_tokens` on a
+SpeculativeConfig stand-in. What is not covered, and why: V4.1-Flash (its cache layers need the
+checkpoint's kv-source layer pattern, which the repository does not hold; its KV figures stay a
+per-token estimate), other speculative methods, pipeline and decode context parallelism (vLLM
+projects the groups per stage; V4's sliding-window specs refuse DCP). Weight bytes per GPU are
+computed from checkpoint dimensions, not counted on the meta device: see the README's capacity
+section.
 """
 
 from __future__ import annotations
@@ -54,14 +56,27 @@ class CapacityCase:
     spec: DeepSeekServingSpec
 
 
-def capacity_cases(release: str) -> Iterator[CapacityCase]:
-    """V4-Flash x layouts x kvCacheDtype x maxNumBatchedTokens x maxModelLen."""
-    for (tp, dp, ep), dtype, batched, length in itertools.product(
+def _matrix() -> Iterator[tuple[tuple[int, int, bool], str | None, int, int, int]]:
+    """(layout, kvCacheDtype, batched tokens, maxModelLen, MTP draft tokens): the full product
+    without speculative decoding, and MTP with 1 and 3 drafts on TP4/EP at 2K and 8K batched."""
+    for layout, dtype, batched, length in itertools.product(
         LAYOUTS, KV_DTYPES, BATCHED, MAX_MODEL_LENS
     ):
+        yield layout, dtype, batched, length, 0
+    for drafts, dtype, batched, length in itertools.product(
+        (1, 3), KV_DTYPES, (2048, 8192), MAX_MODEL_LENS
+    ):
+        yield LAYOUTS[0], dtype, batched, length, drafts
+
+
+def capacity_cases(release: str) -> Iterator[CapacityCase]:
+    """V4-Flash x layouts x kvCacheDtype x maxNumBatchedTokens x maxModelLen (x MTP)."""
+    for (tp, dp, ep), dtype, batched, length, drafts in _matrix():
         engine: dict[str, Any] = {"maxNumBatchedTokens": batched, "maxModelLen": length}
         if dtype is not None:
             engine["kvCacheDtype"] = dtype
+        if drafts:
+            engine["speculativeConfig"] = {"method": "mtp", "num_speculative_tokens": drafts}
         raw = {
             "model": {"name": MODEL},
             "image": "vllm/vllm-openai:latest",
@@ -71,6 +86,7 @@ def capacity_cases(release: str) -> Iterator[CapacityCase]:
             "engine": engine,
         }
         ident = f"V4-Flash/tp{tp}dp{dp}{'/ep' if ep else ''}/kv:{dtype or 'auto'}"
+        ident += f"/mtp{drafts}" if drafts else ""
         yield CapacityCase(f"{ident}/batched{batched}/len{length}", parse_spec(raw))
 
 
@@ -106,9 +122,9 @@ def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[i
     """Our groups, the available figures to ask about, in-flight tokens and max model length."""
     spec = case.spec
     geometry = find_geometry(spec.model.name)
-    family = C.kv_family(spec.engine.kv_cache_dtype)
-    assert geometry is not None and geometry.kv_groups is not None and family is not None
-    groups = geometry.kv_groups[family]
+    assert geometry is not None
+    groups = C.kv_groups(geometry, spec)
+    assert groups is not None, case.id
     facts = model_facts(spec.model)
     available = []
     for gpu, mega in itertools.product(GPUS, (False, True)):
@@ -142,6 +158,9 @@ def check_capacity(release: str, python: Path) -> CapacityReport:
                 "max_num_batched_tokens": case.spec.engine.max_num_batched_tokens,
                 "tensor_parallel_size": p.tensor_parallel_size,
                 "data_parallel_size": p.data_parallel_size,
+                "num_speculative_tokens": (case.spec.engine.speculative_config or {}).get(
+                    "num_speculative_tokens", 0
+                ),
                 "available": available,
             }
         )

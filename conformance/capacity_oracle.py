@@ -60,6 +60,37 @@ INDEX_HEAD_DIM = 128
 INDEX_QUANT_BLOCK = 128  # DeepseekV4Indexer.quant_block_size
 
 
+def speculative_config(case: dict[str, Any]) -> SimpleNamespace | None:
+    """An MTP SpeculativeConfig stand-in whose predicates are vLLM's own (V4-Flash: one MTP
+    module, ``num_nextn_predict_layers`` 1)."""
+    drafts = case.get("num_speculative_tokens", 0)
+    if not drafts:
+        return None
+    import dataclasses
+
+    from vllm.config import SpeculativeConfig
+
+    # vLLM's own methods and properties on a namespace of the dataclass's own defaults (its
+    # constructor resolves the draft model from the hub).
+    own = {
+        name: value
+        for name, value in vars(SpeculativeConfig).items()
+        if not name.startswith("__") and (callable(value) or isinstance(value, property))
+    }
+    stand_in_cls = type("StandInSpeculative", (SimpleNamespace,), own)
+    values = {
+        f.name: f.default
+        for f in dataclasses.fields(SpeculativeConfig)
+        if f.default is not dataclasses.MISSING
+    }
+    values.update(
+        method="mtp",
+        num_speculative_tokens=drafts,
+        draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(num_nextn_predict_layers=1)),
+    )
+    return stand_in_cls(**values)  # type: ignore[no-any-return]
+
+
 class StandInConfig(SimpleNamespace):
     """A VllmConfig stand-in: the planner's VllmConfig properties are vLLM's own."""
 
@@ -82,7 +113,7 @@ def stand_in(case: dict[str, Any], block_size: int, cache_dtype: str) -> StandIn
         use_v2_model_runner=False,
         diffusion_config=None,
         kv_transfer_config=None,
-        speculative_config=None,
+        speculative_config=speculative_config(case),
         compilation_config=SimpleNamespace(static_forward_context={}),
         cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype),
         model_config=SimpleNamespace(
@@ -124,7 +155,9 @@ def v4_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[
         current(attention, get_current_vllm_config=lambda: config),
         current(compressor, get_current_vllm_config=lambda: config),
     ):
-        for index, ratio in enumerate(V4_FLASH_RATIOS):
+        # The MTP draft layer (index num_hidden_layers) has compress ratio 1: a SWA cache only.
+        drafts = [1] if config.speculative_config is not None else []
+        for index, ratio in enumerate(V4_FLASH_RATIOS + drafts):
             prefix = f"model.layers.{index}.attn"
             swa = sparse_swa.DeepseekV4SWACache(
                 head_dim=HEAD_DIM,

@@ -19,8 +19,9 @@ e. multi-node launch: for a replica spanning pods (a LeaderWorkerSet group), the
    runs `dataParallelSizeLocal` DP engines starting at DP rank index x local, on
    GPUs-per-pod GPUs, as DP engines (not a multi-node TP/PP worker);
 f. capacity (conformance/capacity_oracle.py): for a matrix of V4-Flash layouts (TP / DP / EP,
-   kvCacheDtype, maxNumBatchedTokens, maxModelLen), the KV cache groups our capacity model uses
-   equal the groups the release's own cache layers' `get_kv_cache_spec()` and planner form
+   kvCacheDtype, maxNumBatchedTokens, maxModelLen, MTP speculative decoding), the KV cache
+   groups our capacity model uses equal the groups the release's own cache layers'
+   `get_kv_cache_spec()` and planner form
    (layer specs, page bytes, block sizes, windows), and given the same available bytes (our KV
    room on a GB200 and an H200 on both MoE paths, and the one-request boundary) the number of
    blocks, blocks per request and maximum concurrency equal what its `get_kv_cache_configs` and
@@ -686,7 +687,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(
             f"vLLM {release:8} capacity layouts {capacity.layouts:4}  pools {capacity.pools:5}  "
             f"mismatches {len(capacity.mismatches):4}  ({time.monotonic() - t0:.0f}s; "
-            "V4-Flash KV groups and blocks; V4.1, spec decode, PP/DCP and weights not covered)"
+            "V4-Flash KV groups and blocks; V4.1, PP/DCP and weights not covered)"
         )
         for line in capacity.mismatches[: options.limit]:
             print("  " + line)

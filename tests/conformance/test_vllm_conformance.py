@@ -1,7 +1,7 @@
 """Conformance with the newest supported vLLM release, run by `make test` (all releases:
 `make conformance`): the harness renders ~1,200 DeepSeekServings with our renderer and asks the
 release's own parser and guards (conformance/oracle.py, in the release's cached virtualenv) about
-each on five GPU generations, and 240 capacity layouts to the release's own KV planner
+each on five GPU generations, and 288 capacity layouts to the release's own KV planner
 (conformance/capacity_check.py); any disagreement fails with the spec that shows it.
 
 Without the release's virtualenv (hack/install-vllm.sh --newest, which `make test` runs) the test

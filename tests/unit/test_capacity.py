@@ -97,6 +97,26 @@ def test_v4_block_pool_equals_vllms_planner(
     assert (block, per_request, blocks, C.pool_concurrency(blocks, per_request)) == expected
 
 
+def test_mtp_adds_the_draft_layers_window_cache_without_changing_the_pool() -> None:
+    # vLLM 0.33.0: the draft layer (compress ratio 1) brings a 44th SWA cache, grouped 22 + 22;
+    # the largest group's page, and so the blocks, stay the same.
+    plain = _cap("0.33.0", False, H200, model={"name": V4_FLASH})
+    mtp = _cap(
+        "0.33.0",
+        False,
+        H200,
+        model={"name": V4_FLASH},
+        engine={"speculativeConfig": {"method": "mtp", "num_speculative_tokens": 2}},
+    )
+    assert mtp.blocks_per_request == plain.blocks_per_request
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry(V4_FLASH)
+    assert geometry is not None and geometry.kv_groups is not None
+    swa = [g.layers[0][1] for g in geometry.kv_groups["packed+mtp"][:2]]
+    assert swa == [22, 22]
+
+
 def test_the_pool_keeps_a_null_block_so_one_request_needs_one_block_more() -> None:
     # vLLM refuses to start below blocks_per_request + 1 blocks (_check_enough_kv_cache_memory).
     assert C.pool_concurrency(10_778, 10_778) == 0.0

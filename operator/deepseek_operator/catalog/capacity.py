@@ -33,6 +33,10 @@ class KvRecord:
     circular_rows: int | None = None
 
 
+# kv_groups keys: the kvCacheDtype family, plus this suffix with MTP speculative decoding.
+MTP_SUFFIX = "+mtp"
+
+
 @dataclass(frozen=True)
 class KvLayerSpec:
     """One layer's KV cache spec as the release's ``get_kv_cache_spec()`` returns it.
@@ -82,7 +86,8 @@ class CapacityGeometry:
     # unknown.
     kv_records: dict[str, tuple[KvRecord, ...]]
     source: str
-    # The release's own KV cache groups per kvCacheDtype family (conformance/capacity_oracle.py
+    # The release's own KV cache groups per kvCacheDtype family, and per family + MTP_SUFFIX with
+    # MTP speculative decoding (conformance/capacity_oracle.py
     # builds them with vLLM's cache layers and planner and checks them equal): when known, the
     # capacity is vLLM's block arithmetic on them instead of the per-token estimate.
     kv_groups: dict[str, tuple[KvGroup, ...]] | None = None
@@ -111,20 +116,23 @@ _V4_FLASH_BF16 = tuple(
 
 
 def _v4_flash_groups(
-    swa: int, c4: int, indexer: int, c128: int, c4_state: int, indexer_state: int, c128_state: int
+    pages: tuple[int, int, int, int, int, int, int], mtp: bool
 ) -> tuple[KvGroup, ...]:
-    """V4-Flash's KV cache groups in vLLM 0.33.0 given each spec's page bytes.
+    """V4-Flash's KV cache groups in vLLM 0.33.0 given each spec's page bytes (SWA, ratio-4 KV,
+    indexer, ratio-128 KV, ratio-4 state, indexer state, ratio-128 state).
 
-    The planner splits the 43 sliding-window (SWA) layers into groups of 22 and 21, puts the
-    compressed KV of the 21 ratio-4 and 20 ratio-128 layers with the 21 indexer caches in one
+    The planner splits the 43 sliding-window (SWA) layers into groups of 22 and 21 (with MTP
+    speculative decoding the draft layer, compress ratio 1, adds a 44th SWA cache: 22 and 22),
+    puts the compressed KV of the 21 ratio-4 and 20 ratio-128 layers with the 21 indexer caches in one
     full-attention group (256-token blocks: 64 ratio-4 or 2 ratio-128 states), the ratio-4
     compressor states (21 for the KV, 21 for the indexer; window 8, 4-token blocks) in one and the
     20 ratio-128 compressor states (window 128, 8-token blocks) in another.
     """
+    swa, c4, indexer, c128, c4_state, indexer_state, c128_state = pages
     window = KvLayerSpec("sliding", 64, swa, 128)
     return (
         KvGroup(((window, 22),)),
-        KvGroup(((window, 21),)),
+        KvGroup(((window, 22 if mtp else 21),)),
         KvGroup(
             (
                 (KvLayerSpec("full", 256, c4), 21),
@@ -146,9 +154,14 @@ def _v4_flash_groups(
 # (64 x 584 -> 37440; 2 x 584 -> 1728; 64 x 132 indexer -> 8640), fp32 compressor states are
 # 4 x 2 x 2 x 512 x 4 B (ratio 4) and 8 x 2 x 512 x 4 B (ratio 128) padded the same way; bf16 rows
 # are 1024 B per state with 512 B alignment.
+_V4_FLASH_PAGES = {
+    "packed": (37440, 37440, 8640, 1728, 32832, 8640, 32832),
+    "bf16": (65536, 65536, 8704, 2048, 32768, 8192, 32768),
+}
 _V4_FLASH_GROUPS = {
-    "packed": _v4_flash_groups(37440, 37440, 8640, 1728, 32832, 8640, 32832),
-    "bf16": _v4_flash_groups(65536, 65536, 8704, 2048, 32768, 8192, 32768),
+    family + suffix: _v4_flash_groups(pages, mtp=bool(suffix))
+    for family, pages in _V4_FLASH_PAGES.items()
+    for suffix in ("", MTP_SUFFIX)
 }
 
 # V4.1-Flash (models/deepseek_v41/attention.py + compressor.py, 0.33.0): 40 layers, a 528 B MXFP8

@@ -28,6 +28,7 @@ from deepseek_operator.catalog.capacity import (
     FIXED_OVERHEAD_BYTES,
     GIB,
     MIB,
+    MTP_SUFFIX,
     PACKED_KV_DTYPES,
     PRODUCT_MEMORY_MIB,
     RELEASE_MEMORY,
@@ -166,6 +167,20 @@ def kv_records(
         known = ", ".join(sorted(PACKED_KV_DTYPES | BF16_KV_DTYPES))
         return f"spec.engine.kvCacheDtype {kv_cache_dtype!r} has no known KV record size ({known})"
     return geometry.kv_records[family]
+
+
+def kv_groups(geometry: CapacityGeometry, spec: DeepSeekServingSpec) -> tuple[KvGroup, ...] | None:
+    """The release's KV cache groups for ``spec``'s kvCacheDtype and speculative method, or None
+    where they are not known (the per-token estimate applies)."""
+    family = kv_family(spec.engine.kv_cache_dtype)
+    if geometry.kv_groups is None or family is None:
+        return None
+    draft = spec.engine.speculative_config
+    if draft is None:
+        return geometry.kv_groups.get(family)
+    if draft.get("method") == "mtp":
+        return geometry.kv_groups.get(family + MTP_SUFFIX)
+    return None
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -314,7 +329,7 @@ def capacity(
     records = kv_records(geometry, spec.engine.kv_cache_dtype)
     if isinstance(records, str):
         return Unknown(records)
-    family = kv_family(spec.engine.kv_cache_dtype)
+    groups = kv_groups(geometry, spec)
     engine, p = spec.engine, spec.parallelism
     max_model_len = engine.max_model_len or geometry.max_model_len
     batched = engine.max_num_batched_tokens or default_max_num_batched_tokens(
@@ -338,9 +353,9 @@ def capacity(
         kv = requested - weights.total - buffer - allowance
     in_flight = max_concurrent_batches(spec) * batched
     num_blocks = blocks_per_request = None
-    if geometry.kv_groups is not None and family is not None:
+    if groups is not None:
         block_bytes, blocks_per_request, num_blocks = kv_blocks(
-            geometry.kv_groups[family],
+            groups,
             kv,
             max_model_len,
             in_flight,
