@@ -1,7 +1,7 @@
 """What GPU memory a DeepSeek V4 / V4.1 replica needs: checkpoint geometry, KV records, release
 behaviour and per-product GPU memory, the data the capacity model (engine/capacity.py) reads.
 
-Sources: the checkpoints' HF configs and stored sizes (vllm-rules.md §7), vLLM 0.33.0's own code
+Sources: the checkpoints' HF configs and stored sizes on the Hugging Face Hub, vLLM 0.33.0's own code
 (``models/deepseek_v4/attention.py`` and ``compressor.py``, ``models/deepseek_v41/``,
 ``v1/kv_cache_interface.py``, ``engine/arg_utils.py``, ``model_executor/layers/fused_moe/
 deep_gemm_mega_moe.py``) and the MegaMoE PR's measurement (vllm#57220). Each figure says where it
@@ -196,7 +196,7 @@ GEOMETRY: dict[str, CapacityGeometry] = {
         source="HF config (43 layers, top-6, 1 shared expert, 1M positions); 284B parameters",
         kv_groups=_V4_FLASH_GROUPS,
     ),
-    # vllm-rules.md §7 stored sizes: attention / norms / routers 5.6 GiB (of which the FP8 shared
+    # The checkpoint's stored sizes: attention / norms / routers 5.6 GiB (of which the FP8 shared
     # experts, 40 x 3 x 5120 x 2304 B = 1.32 GiB, are counted apart) and embedding + LM head
     # 5.8 GiB; the 188.8 GiB engram tables stay in host memory (cpu_offload).
     "deepseek-ai/DeepSeek-V4.1-Flash": CapacityGeometry(
@@ -242,7 +242,7 @@ RELEASE_MEMORY: dict[str, ReleaseMemory] = {
 }
 
 # MegaMoE's symmetric buffer per rank: DeepGEMM sizes it by batched tokens x top-k x hidden.
-# Calibrated (INFERRED) on kv-capacity.md's ~3.0 GiB for V4-Flash at 8K batched tokens:
+# Calibrated (INFERRED) on DeepGEMM's ~3.0 GiB for V4-Flash at 8K batched tokens:
 # 3 GiB / (8192 x 6 x 4096) = 16 B; V4-Pro's ~5.1 GiB comes out at 5.25 GiB (3 % over).
 SYMMETRIC_BUFFER_BYTES_PER_ELEMENT = 16
 

@@ -1,7 +1,7 @@
 """The capacity model: per GPU type, what one replica's weights, MegaMoE buffer and allowances
 leave for the KV cache at ``gpuMemoryUtilization``, and how many requests at ``maxModelLen`` fit.
 
-It follows how vLLM sizes the KV cache (kv-capacity facts, vLLM 0.33.0): requested memory is
+It follows how vLLM sizes the KV cache (vLLM 0.33.0's own code): requested memory is
 ``ceil(total x gpu_memory_utilization)``; the KV room is what the weights, the symmetric buffer
 and the profiled activations / CUDA graphs leave of it (``--kv-cache-memory-bytes`` replaces it
 with a fixed figure); a request at ``maxModelLen`` needs every full-attention record for all its
