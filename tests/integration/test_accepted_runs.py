@@ -70,7 +70,12 @@ CARELESS: list[tuple[tuple[str, ...], st.SearchStrategy[Any]]] = [
     (("spec", "moeBackend"), st.sampled_from(["auto", "triton", "deep_gemm_mega_moe"])),
     (("spec", "automountServiceAccountToken"), st.booleans()),
     # Text beyond the Basic Multilingual Plane reaches the pod in env values and vLLM flags.
-    (("spec", "env"), st.just([{"name": "GREETING", "value": "h\u00e9llo \U0001f642"}])),
+    (
+        ("spec", "env"),
+        st.sampled_from(["h\u00e9llo \U0001f642", "\x7f", "a\x85b", "\ufeff", "\t"]).map(
+            lambda value: [{"name": "GREETING", "value": value}]
+        ),
+    ),
     (("spec", "model", "servedModelName"), st.sampled_from(["dsv41-\U0001f642", "d\u00e9"])),
 ]
 # Layouts: the seed's single pod (a Deployment) and replicas spanning pods (a LeaderWorkerSet,

@@ -353,3 +353,16 @@ def test_a_child_not_seen_yet_is_read_first_and_written_only_when_absent_or_ours
     kube.requests.clear()
     kube._apply(SERVICE)  # a child the watches show as ours: no read
     assert kube.requests == ["PATCH"]
+
+
+def test_bodies_go_out_as_utf8_with_only_what_yaml_refuses_escaped() -> None:
+    import json as json_
+
+    from deepseek_operator.controller.kube import encode_body
+
+    body = {"v": "\x7f \x85 \ufeff \u00e9 \U0001f642 \x01"}
+    sent = encode_body(body)
+    assert json_.loads(sent) == body  # the same value
+    text = sent.decode("utf-8")
+    assert "\U0001f642" in text and "\u00e9" in text  # raw, never a surrogate pair
+    assert all(c not in text for c in "\x7f\x85\ufeff\x01")  # escaped

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -91,14 +92,28 @@ def refusal(exc: Exception) -> WriteRefused | None:
     return WriteRefused(status, message)
 
 
-def encode_body(body: Any) -> bytes:
-    """A request body as the API server must receive it: compact JSON in raw UTF-8.
+# Characters the API server's YAML decoder refuses raw (DEL, C1 controls, surrogates, the BOM,
+# U+FFFE/U+FFFF); JSON escapes only those below U+0020 itself.
+_YAML_REFUSED = re.compile("[\x7f-\x9f\ud800-\udfff\ufeff\ufffe\uffff]")
 
-    Never ``\\u`` escapes: a server-side apply body is read by a YAML decoder, which refuses the
-    surrogate pair JSON writes for a character beyond the Basic Multilingual Plane (an emoji
-    in an env value) with a 400 the Deployment API itself would not give.
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def encode_body(body: Any) -> bytes:
+    """A request body as the API server must receive it: compact JSON in UTF-8.
+
+    A server-side apply body is read by a YAML decoder, which refuses a surrogate-pair escape
+    (what JSON writes for a character beyond the Basic Multilingual Plane, e.g. an emoji in an
+    env value) and refuses raw control characters such as DEL: so characters go out raw except
+    those YAML may not hold, which go out as (BMP) ``\\u`` escapes. Both would otherwise be
+    a 400 the Deployment API itself would not give.
     """
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    if _YAML_REFUSED.search(text) is not None:
+        text = _YAML_REFUSED.sub(_escape, text)
+    return text.encode("utf-8")
 
 
 def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
