@@ -352,7 +352,7 @@ class Toleration(CoreModel):
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches every effect."""
 
-    toleration_seconds: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    toleration_seconds: int | None = Field(default=None, ge=-(2**53), le=2**53)
     """How long a NoExecute taint is tolerated before eviction; only with effect NoExecute."""
 
 
