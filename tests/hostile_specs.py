@@ -150,7 +150,8 @@ NAMES = st.one_of(
 PLAUSIBLE = st.one_of(NUMBERS, st.booleans(), STRINGS)
 
 
-def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+def set_path(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Put ``value`` at ``path`` in ``doc``, making the objects on the way."""
     node: Any = doc
     for key in path[:-1]:
         if not isinstance(node.get(key), dict):
@@ -170,18 +171,18 @@ def hostile(draw: st.DrawFn) -> dict[str, Any]:
         if kind == "none":
             continue
         if kind == "value":
-            _set(doc, draw(st.sampled_from(PATHS)), draw(VALUES))
+            set_path(doc, draw(st.sampled_from(PATHS)), draw(VALUES))
         elif kind == "plausible":
-            _set(doc, draw(st.sampled_from(PATHS[2:-2])), draw(PLAUSIBLE))
+            set_path(doc, draw(st.sampled_from(PATHS[2:-2])), draw(PLAUSIBLE))
         elif kind == "unknown":
             parent = draw(st.sampled_from(UNKNOWN_PARENTS))
-            _set(
+            set_path(
                 doc,
                 (*parent, draw(st.sampled_from(["foo", "Replicas", "tensor_parallel_size"]))),
                 1,
             )
         elif kind == "args":
-            _set(
+            set_path(
                 doc,
                 ("spec", "engine", "extraArgs"),
                 draw(st.lists(st.sampled_from(FLAGS), min_size=1, max_size=3)),
@@ -493,14 +494,14 @@ def hostile_inputs(draw: st.DrawFn) -> dict[str, Any]:
     doc["metadata"] = {"name": "inputs"}
     kind = draw(st.sampled_from(["argv", "argv", "argv", "model", "null", "number"]))
     if kind == "argv":
-        _set(doc, ("spec", "engine", "extraArgs"), draw(ARGV))
+        set_path(doc, ("spec", "engine", "extraArgs"), draw(ARGV))
     elif kind == "model":
-        _set(doc, ("spec", "model", "name"), draw(MODEL_NAMES))
+        set_path(doc, ("spec", "model", "name"), draw(MODEL_NAMES))
     elif kind == "null":
         path = draw(st.sampled_from([p for p in PATHS if p[0] == "spec"] + STRING_FIELDS))
-        _set(doc, path, None)
+        set_path(doc, path, None)
     else:
-        _set(doc, draw(st.sampled_from(STRING_FIELDS)), draw(NUMERIC_STRINGS))
+        set_path(doc, draw(st.sampled_from(STRING_FIELDS)), draw(NUMERIC_STRINGS))
     return doc
 
 

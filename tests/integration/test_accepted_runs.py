@@ -34,7 +34,7 @@ from deepseek_operator.names import FIELD_MANAGER, GROUP, PLURAL, VERSION
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
 from gpu_nodes import make_gpu_node
-from hostile_specs import EMBEDDED_FIELDS, SEED, hostile, hostile_inputs
+from hostile_specs import EMBEDDED_FIELDS, SEED, hostile, hostile_inputs, set_path
 from k8s.cluster import ControlPlane, as_kubectl_sends
 from k8s.dra import computedomain_crd
 from racks import RACK_A, make_gb200_tray
@@ -92,15 +92,6 @@ LAYOUTS = st.sampled_from(
 )  # fmt: skip
 
 
-def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    node = doc
-    for key in path[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    node[path[-1]] = value
-
-
 @st.composite
 def careless(draw: st.DrawFn) -> dict[str, Any]:
     """The seed in some layout with one to three careless values in the parts that reach the
@@ -112,7 +103,7 @@ def careless(draw: st.DrawFn) -> dict[str, Any]:
         doc["spec"]["parallelism"] = layout
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         path, values = draw(st.sampled_from(CARELESS))
-        _set(doc, path, draw(values))
+        set_path(doc, path, draw(values))
     return doc
 
 
