@@ -375,6 +375,17 @@ def _context(value: Any) -> Any:
     )
     context.add_function("compareTo", _compare_quantities)
     context.add_function("isInteger", lambda text: _quantity_value(text) % 1 == 0)
+    context.add_function("isGreaterThan", lambda left, right: _compare_quantities(left, right) > 0)
+    context.add_function("isLessThan", lambda left, right: _compare_quantities(left, right) < 0)
+    context.add_function("asApproximateFloat", lambda text: float(_quantity_value(text)))
+    context.add_function(
+        "sub",
+        lambda left, right: format(
+            _quantity_value(left)
+            - (Decimal(right) if isinstance(right, int) else _quantity_value(right)),
+            "f",
+        ),
+    )
     context.add_function(
         "sign", lambda text: (_quantity_value(text) > 0) - (_quantity_value(text) < 0)
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 # A non-negative Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity), e.g. 32Gi
@@ -307,6 +307,13 @@ class EnvVar(CoreModel):
     """Source of the value when it is not literal."""
 
 
+def _int64(value: int) -> int:
+    """``value``, refused when a Go int64 (the pod API's type) cannot hold it."""
+    if not -(2**63) <= value <= 2**63 - 1:
+        raise ValueError(f"{value} does not fit a 64-bit integer")
+    return value
+
+
 _EXISTS = "(has(self.operator) && self.operator == 'Exists')"
 
 
@@ -352,7 +359,10 @@ class Toleration(CoreModel):
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches every effect."""
 
-    toleration_seconds: int | None = Field(default=None, ge=-(2**53), le=2**53)
+    # The int64 range is checked here, not in the schema: the API server compares schema bounds
+    # as float64, and bounds at the int64 extremes made it refuse every value. Without bounds it
+    # accepts every int64 and refuses anything wider as "must be of type integer", like the pod.
+    toleration_seconds: Annotated[int, AfterValidator(_int64)] | None = None
     """How long a NoExecute taint is tolerated before eviction; only with effect NoExecute."""
 
 
@@ -366,6 +376,25 @@ NODE_SELECTOR_RULES = _validations(
         f"spec.nodeSelector: every value must be {LABEL_VALUE_RULE}",
     ),
 )
+
+
+def _whole(amount: str) -> str:
+    """CEL: ``amount`` is whole as the pod's API counts it (its milli-value, rounded up, is 1000k).
+
+    quantity().isInteger() is stricter: it is false for "1.0" or "1000m", which pods accept. Below
+    1P the integer at or just above the amount is found from its float value, and the amount is
+    compared with it exactly: whole when it lies within 1m below that integer.
+    """
+    q = f"quantity({amount})"
+    near = f"int({q}.asApproximateFloat())"
+
+    def within(n: str) -> str:
+        return f"({q}.sub({n}).compareTo(quantity('0')) <= 0 && {q}.sub({n}).isGreaterThan(quantity('-1m')))"
+
+    return (
+        f"({q}.isInteger() || ({q}.isLessThan(quantity('1P')) && "
+        f"({within(near)} || {within(near + ' + 1')})))"
+    )
 
 
 def _resource_list_rules(field: str) -> list[dict[str, str]]:
@@ -383,8 +412,7 @@ def _resource_list_rules(field: str) -> list[dict[str, str]]:
             f".{field}",
         ),
         cel_rule(
-            f"!has(self.{field}) || self.{field}.all(k, {_NATIVE} || "
-            f"quantity({amount}).isInteger())",
+            f"!has(self.{field}) || self.{field}.all(k, {_NATIVE} || {_whole(amount)})",
             f"spec.resources.{field}: the amount of an extended resource must be a whole number",
             f".{field}",
         ),
