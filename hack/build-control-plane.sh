@@ -8,7 +8,7 @@
 #
 # Each component has a stamp file (bin/.stamp-<component>) holding the version it was built at; a
 # re-run with matching stamps and present binaries does nothing and takes well under a second.
-# Set DSO_FORCE_REBUILD=1 to ignore the stamps. Recipe and background: docs/control-plane.md §1-§3.
+# Set DSO_FORCE_REBUILD=1 to ignore the stamps. Recipe and background: docs/development.md.
 #
 # Usage: hack/build-control-plane.sh [component ...]   (components: etcd kubernetes kwok helm lws;
 #        default: all). Prints the bin directory on its last line.

@@ -3,10 +3,10 @@
 A GB200 compute tray is one Node with 4 GPUs. Trays of one NVL72 rack (or one NVLink partition of
 it) share a clique, which GPU Feature Discovery publishes as ``nvidia.com/gpu.clique:
 <ClusterUUID>.<CliqueId>`` and the node agent as ``gpu.deepseek-operator.io/mnnvl.clique`` with
-``mnnvl.state=ready`` (gpu-topology.md §2.6, §4.1). A tray whose fabric has not completed (Fabric
+``mnnvl.state=ready`` (docs/node-facts.md). A tray whose fabric has not completed (Fabric
 Manager still initialising) has neither clique label, and the agent says ``mnnvl.state=pending``.
 
-A clique id is unique only together with its cluster UUID (gpu-topology.md §2.6: "clique ID by
+A clique id is unique only together with its cluster UUID (docs/node-facts.md: "clique ID by
 itself is not unique"), so :data:`TWO_RACKS` uses the *same* clique id in two clusters on purpose.
 """
 

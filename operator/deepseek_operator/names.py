@@ -94,7 +94,7 @@ GFD_PRESENT = "nvidia.com/gpu.present"
 GFD_TIMESTAMP = "nvidia.com/gfd.timestamp"
 """Rewritten by GFD on every pass; carries no GPU fact, so node changes ignore it."""
 
-# --- node labels: our node agent (gpu-topology.md §5.2) --------------------------------------
+# --- node labels: our node agent (docs/node-facts.md) --------------------------------------
 
 AGENT_PREFIX = "gpu.deepseek-operator.io/"
 """The agent writes only keys under this prefix."""
@@ -117,10 +117,10 @@ MNNVL_STATE_READY = "ready"
 """The agent's ``mnnvl.state`` when the fabric is complete and healthy (others: pending, degraded, none)."""
 AGENT_MIG = AGENT_PREFIX + "mig"
 AGENT_TOPOLOGY_ANNOTATION = AGENT_PREFIX + "topology"
-"""One JSON annotation with the pairwise P2P-NVLink matrix (gpu-topology.md §5.3)."""
+"""One JSON annotation with the pairwise P2P-NVLink matrix (docs/node-facts.md)."""
 TRISTATE_VALUES = ("true", "false", "unknown")
 
-# --- condition types (design.md §2) ----------------------------------------------------------
+# --- condition types (docs/design.md) ----------------------------------------------------------
 
 BACKEND_RESOLVED = "BackendResolved"
 """The MoE backend was decided and can run on at least one candidate node."""

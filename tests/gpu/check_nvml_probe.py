@@ -8,7 +8,7 @@ pytest's ``test_*.py`` pattern, so a plain ``pytest`` never collects it; run it 
 
 It checks the invariants the operator relies on (a GPU was found, the matrix is complete and
 symmetric, every label is valid) and, when ``nvidia-smi`` is on PATH, that the NVLink answer
-from NVML's P2P status agrees with ``nvidia-smi topo -m`` (gpu-topology.md §2.9, point 6).
+from NVML's P2P status agrees with ``nvidia-smi topo -m`` (docs/node-facts.md, point 6).
 ``--record`` writes a JSON recording that ``deepseek-operator agent --recorded`` and
 ``RecordedProbe`` replay on CPU-only machines.
 """

@@ -3,7 +3,7 @@
 The NVIDIA DRA driver for GPUs (``sigs.k8s.io/dra-driver-nvidia-gpu``, formerly
 ``NVIDIA/k8s-dra-driver-gpu``) is not served by the Go module proxy and needs real GPUs, so these
 tests install what it publishes instead, built from its API (facts read from the driver's source at
-commit 22407113; gpu-topology.md §4.2), and let the *real* kube-scheduler and
+commit 22407113; docs/node-facts.md), and let the *real* kube-scheduler and
 kube-controller-manager do the allocation:
 
 * the ``ComputeDomain`` CRD (group ``resource.nvidia.com``, version ``v1beta1``, namespaced):

@@ -1,4 +1,4 @@
-"""The decision table of vllm-rules.md, rule by rule, with sentence ids."""
+"""The decision table of docs/decision-rules.md, rule by rule, with sentence ids."""
 
 from __future__ import annotations
 
@@ -534,7 +534,7 @@ def test_explicit_backend_outside_the_mxfp4_map_is_refused_with_vllms_message() 
     assert ok.backend_runnable and ok.reason == "Explicit"
 
 
-# --- vLLM's sequence-parallel truth table (vllm-rules.md §3.2) ----------------------------------
+# --- vLLM's sequence-parallel truth table (docs/decision-rules.md) ----------------------------------
 
 SP_TABLE = [
     pytest.param(2, True, 4, 1, "auto", False, id="PP>1 never SP"),

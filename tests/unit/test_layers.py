@@ -1,4 +1,4 @@
-"""The layer contract: imports run one way (design.md §1), checked by walking every import.
+"""The layer contract: imports run one way (docs/design.md), checked by walking every import.
 
 catalog → api → nodes → engine → render → plan → controller / commands, with the agent beside
 the controller; ``names`` and ``errors`` sit below everything and import nothing of ours. A

@@ -236,7 +236,7 @@ def test_an_nvml_error_while_enumerating_raises_probe_error_and_shuts_down() -> 
 
 
 def test_real_pynvml_on_a_machine_without_a_driver_reports_no_gpus() -> None:
-    # No mock: on CPU-only CI nvmlInit raises NVMLError_LibraryNotFound (gpu-topology §2.9.3).
+    # No mock: on CPU-only CI nvmlInit raises NVMLError_LibraryNotFound (docs/node-facts.md).
     topo = NvmlProbe().probe()
     if topo.count == 0:
         assert topo.unavailable_reason
@@ -262,7 +262,7 @@ def test_the_probe_uses_the_real_module_when_none_is_injected(
     assert labels[names.AGENT_NVLINK_FULLY_CONNECTED] == "true"
 
 
-# --- multi-node NVLink (fabric info, gpu-topology §2.6) ----------------------------------------
+# --- multi-node NVLink (fabric info, docs/node-facts.md) ----------------------------------------
 
 OK = (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS)
 HEALTHY = pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY

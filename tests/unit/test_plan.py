@@ -51,7 +51,7 @@ def test_observed_status_is_parsed_once_and_carries_the_running_decision() -> No
     assert previous is not None
     assert (previous.moe_backend, previous.serving) == ("deep_gemm_mega_moe", True)
     # Node churn: one tray left with broken NVLink. A fresh decision would keep auto, but the
-    # serving MegaMoE decision stays (design.md §3), because the plan reads the observed status.
+    # serving MegaMoE decision stays (docs/design.md), because the plan reads the observed status.
     churned = inventory(node("gb200-0", agent=agent_labels(fully_connected="false")))
     assert plan(parse_serving(_body()), churned, Observed.offline(), NOW).resolution.moe_backend == "auto"  # fmt: skip
     kept = plan(parse_serving(_body()), churned, observed, NOW)

@@ -1,6 +1,6 @@
-"""`nvidia-smi topo -m` parsing on the real captures of gpu-topology.md §3, and the labels they give.
+"""`nvidia-smi topo -m` parsing on the real captures of docs/node-facts.md and the labels they give.
 
-Each fixture under tests/fixtures/topo/ is the §3 block copied verbatim; the expected answers are
+Each fixture under tests/fixtures/topo/ is one captured block copied verbatim; the expected answers are
 the "Expected" lines of the doc.
 """
 

@@ -7,7 +7,7 @@ and the annotation: :mod:`.agent_labels`.
 Invariants: the NVLink matrix is square with one row per GPU, symmetric, ``True`` on the
 diagonal, and a cell is ``None`` only when the source did not show that pair (an excerpt of a
 capture; NVML never leaves a cell unknown). This module is pure: no kopf, kubernetes, pynvml,
-clock or environment reads (design.md §1).
+clock or environment reads (docs/design.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _HEALTH_INCORRECT_CONFIG_MASK = 0xF
 
 @dataclass(frozen=True)
 class FabricInfo:
-    """One GPU's multi-node NVLink fabric info (``nvmlDeviceGetGpuFabricInfoV``, gpu-topology §2.6).
+    """One GPU's multi-node NVLink fabric info (``nvmlDeviceGetGpuFabricInfoV``, docs/node-facts.md).
 
     ``cluster_uuid`` is the 16 raw bytes of ``clusterUuid``; ``health_mask`` and
     ``health_summary`` are ``None`` where the driver's struct version lacks them.
@@ -55,7 +55,7 @@ class FabricInfo:
 
     @property
     def accepted(self) -> bool:
-        """The §2.6 acceptance rule: state COMPLETED, status SUCCESS and a non-zero cluster UUID."""
+        """The fabric acceptance rule: state COMPLETED, status SUCCESS and a non-zero cluster UUID."""
         return (
             self.state == FABRIC_STATE_COMPLETED
             and self.status == NVML_SUCCESS

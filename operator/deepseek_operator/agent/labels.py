@@ -1,6 +1,6 @@
 """What the node agent publishes for a :class:`GpuTopology`: labels and one JSON annotation.
 
-The scheme is gpu-topology.md §5.2 (labels) and §5.3 (annotation). Every key lives under
+The scheme is docs/node-facts.md (labels and the annotation). Every key lives under
 :data:`~.labels.AGENT_PREFIX`; every value is a valid Kubernetes label value. A label is left out
 when the source does not know its value (a ``topo -m`` capture knows no link counts), never
 filled with a guess. Pure: the agent, the ``topology`` command and the tests call these same
@@ -68,7 +68,7 @@ def _common(values: list[str]) -> str | None:
 def mnnvl_state(topology: GpuTopology) -> tuple[str, str | None]:
     """The ``mnnvl.state`` value and, when it is accepted, the domain key ``<uuid>.<clique>``.
 
-    Strict form of gpu-topology.md §2.6: the clique is published only when *every* GPU passes the
+    Strict form of docs/node-facts.md: the clique is published only when *every* GPU passes the
     acceptance rule and all agree on cluster UUID and clique ID. ``none``: no fabric (the call is
     unsupported, state NOT_SUPPORTED, or COMPLETED with a zero UUID as non-MNNVL H100s report).
     ``pending``: Fabric Manager / NVLSM has not finished. ``degraded``: MNNVL hardware where a
@@ -92,7 +92,7 @@ def mnnvl_state(topology: GpuTopology) -> tuple[str, str | None]:
 
 
 def labels_for(topology: GpuTopology) -> dict[str, str]:
-    """The node labels (gpu-topology.md §5.2) for ``topology``; keys sorted, values valid.
+    """The node labels (docs/node-facts.md) for ``topology``; keys sorted, values valid.
 
     A node without GPUs gets only ``present=false``, so the operator can tell "the agent ran and
     found nothing" from "no agent".
@@ -171,7 +171,7 @@ def nvlink_bits(topology: GpuTopology) -> str:
 
 
 def annotation_document(topology: GpuTopology) -> dict[str, Any]:
-    """The annotation as a dict (gpu-topology.md §5.3), ``gen`` being a hash of the rest."""
+    """The annotation as a dict (docs/node-facts.md), ``gen`` being a hash of the rest."""
     gpus: list[dict[str, Any]] = []
     for g in topology.gpus:
         entry: dict[str, Any] = {"i": g.index}

@@ -1,7 +1,7 @@
 """One-line structured logs for the node agent: ``logfmt`` (``key=value``) on stderr.
 
 A record renders as ``ts=... level=info logger=... msg="Published GPU topology" node=n1 ...``;
-the key/values come from ``extra=`` (Kubernetes logging conventions, style.md §11.5), so call
+the key/values come from ``extra=`` (Kubernetes logging conventions, docs/development.md), so call
 sites stay plain ``log.info("...", extra={...})``.
 """
 

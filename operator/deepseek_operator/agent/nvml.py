@@ -5,10 +5,10 @@ only lazily inside :class:`NvmlProbe`, so importing this module never needs a dr
 inject a fake module object through ``NvmlProbe(nvml=...)``.
 
 "Fully connected" is decided exactly as vLLM's ``NvmlCudaPlatform.is_fully_connected`` does
-(gpu-topology.md §2.3): ``nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK) ==
+(docs/node-facts.md): ``nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK) ==
 NVML_P2P_STATUS_OK`` for every pair, and any NVMLError on a pair means "not connected". Link
-counts and NVSwitch attachment come from the per-link calls (§2.4), multi-node NVLink from
-``nvmlDeviceGetGpuFabricInfoV`` (§2.6; the acceptance rule is applied in ``agent_labels``).
+counts and NVSwitch attachment come from the per-link calls, multi-node NVLink from
+``nvmlDeviceGetGpuFabricInfoV`` (the acceptance rule is applied in ``agent_labels``).
 None of these calls creates a CUDA context.
 """
 
@@ -127,7 +127,7 @@ class NvmlProbe:
 
     @staticmethod
     def _links(nvml: Any, handle: Any) -> tuple[int, bool | None]:
-        """Active NVLink count and whether any active link ends at an NVSwitch (§2.4).
+        """Active NVLink count and whether any active link ends at an NVSwitch.
 
         Links that do not exist answer NotSupported/InvalidArgument and are skipped, as
         go-gpuallocator does.
@@ -169,7 +169,7 @@ class NvmlProbe:
 
         ``nvmlDeviceGetGpuFabricInfoV`` takes a versioned struct: try v3 (with
         ``healthSummary``), fall back to v2 when the driver rejects the version, and use the
-        deprecated ``nvmlDeviceGetGpuFabricInfo`` only where the V symbol is missing (§2.1).
+        deprecated ``nvmlDeviceGetGpuFabricInfo`` only where the V symbol is missing.
         """
         mismatch = getattr(
             nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", _NVML_ERROR_ARGUMENT_VERSION_MISMATCH

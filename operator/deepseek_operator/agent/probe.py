@@ -3,7 +3,7 @@
 The agent only ever calls ``probe.probe() -> GpuTopology``. :class:`~.nvml.NvmlProbe` is the real
 one (and the only module importing pynvml); :class:`RecordedProbe` replays a topology recorded
 earlier — a JSON recording (:func:`topology_to_json`) or a ``nvidia-smi topo -m`` capture — so
-the agent, its publisher and the labels can be tested on CPU-only machines (gpu-topology §2.9).
+the agent, its publisher and the labels can be tested on CPU-only machines (docs/node-facts.md).
 
 Contract: ``probe()`` returns a topology with no GPUs (and ``unavailable_reason``) when the node
 has no NVML or no GPU; it raises :class:`ProbeError` when NVML works but reading the GPUs fails

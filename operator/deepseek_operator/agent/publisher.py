@@ -1,6 +1,6 @@
 """Publish the agent's labels and annotation on its own Node, touching nothing else.
 
-Rules (design.md §4, gpu-topology.md §5.1): patch only the Node named at construction; only keys
+Rules (docs/design.md, docs/node-facts.md): patch only the Node named at construction; only keys
 under :data:`~deepseek_operator.names.AGENT_PREFIX`; remove keys under that prefix that
 are no longer wanted (whoever set them, the prefix is ours); send nothing when the Node already
 carries exactly the wanted values, so Node watchers (the operator) are not woken for nothing.

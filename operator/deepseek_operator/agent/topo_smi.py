@@ -1,6 +1,6 @@
 """Parse a captured ``nvidia-smi topo -m`` into the GPU×GPU matrix and a :class:`GpuTopology`.
 
-Format notes (gpu-topology.md §2.7): the header names ``GPU0..GPUn-1`` then NIC columns (``NIC#``
+Format notes (docs/node-facts.md): the header names ``GPU0..GPUn-1`` then NIC columns (``NIC#``
 or device names such as ``mlx5_0``), then optional CPU/NUMA affinity columns. Cells are
 separated by tabs or runs of spaces; cells can be glued together (``SYSSYS``), so only the first
 ``n`` cells after a row's label are read, and a glued run of codes is split. ``NV#`` means

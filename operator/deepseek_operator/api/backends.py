@@ -40,7 +40,7 @@ def normalize_backend(value: str) -> str:
     return value.lower().replace("-", "_")
 
 
-# Backends the MXFP4 oracle maps (``map_mxfp4_backend``, newest version, vllm-rules.md §1.3).
+# Backends the MXFP4 oracle maps (``map_mxfp4_backend``, newest version, docs/decision-rules.md).
 MXFP4_EXPLICIT_BACKENDS: frozenset[str] = frozenset(
     {
         "flashinfer_trtllm",

@@ -33,7 +33,7 @@ from deepseek_operator.names import SERVICE_SUFFIX
 if TYPE_CHECKING:
     from deepseek_operator.api.spec import DeepSeekServingSpec
 
-# vLLM's own words (vllm-rules.md §4); the MegaMoE guard A1.
+# vLLM's own words (docs/decision-rules.md); the MegaMoE guard A1.
 VLLM_MEGA_MOE_REQUIRES_EP = (
     "DeepSeek V4 MegaMoE currently requires expert parallel. Enable it with "
     "--enable-expert-parallel, or pick a different moe backend."

@@ -1,6 +1,6 @@
 """Pydantic models of the ``DeepSeekServing`` spec: the ONE source of the CRD's spec schema.
 
-Field names are the API contract (design.md §2): camelCase on the wire, snake_case in Python.
+Field names are the API contract (docs/design.md): camelCase on the wire, snake_case in Python.
 Every field's docstring becomes its ``description`` in the CRD, so ``kubectl explain`` shows it.
 The static cross-field rules of :mod:`deepseek_operator.api.rules` run here as a model
 validator, and the same rules run in the API server as CEL.

@@ -1,7 +1,7 @@
 """GPU products: compute capability and whether the product implies an all-NVLink node.
 
-Source: gpu-topology.md §1.3 (NVIDIA's CUDA compute-capability table; GFD product strings seen in
-public label sets). NVLink may be inferred ONLY for NVSwitch / NVL-tray parts (design.md §4); a
+Source: docs/node-facts.md (NVIDIA's CUDA compute-capability table; GFD product strings seen in
+public label sets). NVLink may be inferred ONLY for NVSwitch / NVL-tray parts (docs/design.md); a
 PCIe or NVL-bridge part is never assumed to be fully connected.
 """
 
@@ -56,7 +56,7 @@ GPU_PRODUCTS: tuple[GpuProduct, ...] = (
 # Exact GFD product string -> compute capability, for nodes without any CC label (very old GFD).
 EXACT_PRODUCT_CC: dict[str, tuple[int, int]] = {p.gfd: p.cc for p in GPU_PRODUCTS if p.gfd}
 # Exact GFD product strings of NVSwitch boards and NVL trays: every GPU pair is NVLink-connected
-# on a healthy node, so NVLink may be inferred for them (design.md §4).
+# on a healthy node, so NVLink may be inferred for them (docs/design.md).
 INFERRED_NVLINK_PRODUCTS: tuple[str, ...] = tuple(
     p.gfd for p in GPU_PRODUCTS if p.gfd and p.nvlink_fully_connected_by_product
 )

@@ -1,6 +1,6 @@
 """Known DeepSeek checkpoints and the facts that decide the MoE backend.
 
-Sources (vllm-rules.md §7 "Model geometry" and §2A): the HF configs echoed in the recipes and in
+Sources (docs/decision-rules.md, "Model geometry" and the checkpoint rules): the HF configs echoed in the recipes and in
 vLLM test fixtures. A user's ``spec.model`` fields override these; for names not listed here the
 user must supply them.
 """
@@ -31,7 +31,7 @@ V4_ARCH = "DeepseekV4ForCausalLM"
 V41_ARCH = "DeepseekV41ForCausalLM"
 
 CHECKPOINTS: tuple[CheckpointFacts, ...] = (
-    # vllm-rules.md §7: 284B/13B active, 256 routed experts top-6, hidden 4096, MoE inter 2048,
+    # docs/decision-rules.md: 284B/13B active, 256 routed experts top-6, hidden 4096, MoE inter 2048,
     # MXFP4 experts; recipe DeepSeek-V4-Flash.yaml (min vLLM 0.20.0). The MTP draft reuses the
     # target's 256-expert MoE geometry (INFERRED: DeepSeekV4MTPModel shares the text config).
     CheckpointFacts(
@@ -46,7 +46,7 @@ CHECKPOINTS: tuple[CheckpointFacts, ...] = (
         min_vllm="0.20.0",
         vram_minimum_gb=170,  # recipe DeepSeek-V4-Flash.yaml `vram_minimum_gb: 170`
     ),
-    # vllm-rules.md §2A A3: V4-Flash-Base stores expert_dtype="fp8", so MegaMoE rejects it.
+    # docs/decision-rules.md A3: V4-Flash-Base stores expert_dtype="fp8", so MegaMoE rejects it.
     CheckpointFacts(
         name="deepseek-ai/DeepSeek-V4-Flash-Base",
         architecture=V4_ARCH,
@@ -58,7 +58,7 @@ CHECKPOINTS: tuple[CheckpointFacts, ...] = (
         num_draft_routed_experts=256,
         min_vllm="0.20.0",
     ),
-    # vllm-rules.md §7: V4-Pro 384 experts top-6, hidden 7168, intermediate 3072 (DeepGEMM PR #316
+    # docs/decision-rules.md: V4-Pro 384 experts top-6, hidden 7168, intermediate 3072 (DeepGEMM PR #316
     # benchmarks); FP4 experts like V4-Flash.
     CheckpointFacts(
         name="deepseek-ai/DeepSeek-V4-Pro",
@@ -71,7 +71,7 @@ CHECKPOINTS: tuple[CheckpointFacts, ...] = (
         num_draft_routed_experts=384,
         min_vllm="0.20.0",
     ),
-    # vllm-rules.md §7: V4.1-Flash 769B/15.5B active, hidden 5120, moe_intermediate_size 2304,
+    # docs/decision-rules.md: V4.1-Flash 769B/15.5B active, hidden 5120, moe_intermediate_size 2304,
     # 384 routed experts top-6; DSpark drafter 128 experts top-3; quantization_config
     # expert_dtype fp4; recipe DeepSeek-V4.1-Flash.yaml (min vLLM 0.30.0).
     CheckpointFacts(

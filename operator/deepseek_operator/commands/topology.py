@@ -1,7 +1,7 @@
 """``deepseek-operator topology --topo-file F [-o text|json]``: labels from a ``topo -m`` capture.
 
 Prints the labels the node agent would publish for the GPUs a captured ``nvidia-smi topo -m``
-describes (design.md §6), so a user can check a node by hand and tests can run on real
+describes (docs/design.md), so a user can check a node by hand and tests can run on real
 captures. A capture knows no link counts, NVSwitch attachment, MIG mode or fabric info, so those
 labels are absent here even though the agent publishes them. Bad input: one line on stderr and
 exit status 1, never a traceback.

@@ -17,7 +17,7 @@ from deepseek_operator.api.status import Check
 from deepseek_operator.nodes.facts import NodeFacts
 from deepseek_operator.nodes.precedence import COMPUTE, Fact
 
-# vLLM's exact guard messages (vllm-rules.md §4).
+# vLLM's exact guard messages (docs/decision-rules.md).
 VLLM_SQRTSOFTPLUS_ONLY = "DeepSeek V4 MegaMoE currently supports sqrtsoftplus routing only."
 VLLM_SM100_ONLY = "DeepGEMM MegaMoE requires SM100 GPUs."
 VLLM_DIMS_128 = "DeepGEMM MegaMoE requires hidden and intermediate sizes to be multiples of 128."

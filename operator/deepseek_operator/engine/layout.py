@@ -1,7 +1,7 @@
 """Layout arithmetic of a spec: EP size, GPUs per pod, pods per replica, sequence parallelism.
 
 Pure functions of the spec (and, for sequence parallelism, the rendered backend), as vLLM
-computes them (vllm-rules.md §3).
+computes them (docs/decision-rules.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def expert_parallel_size(spec: DeepSeekServingSpec) -> int:
 
 
 def gpus_per_pod(spec: DeepSeekServingSpec) -> int:
-    """GPUs one pod requests: TP × PP × local DP × PCP (design.md §5)."""
+    """GPUs one pod requests: TP × PP × local DP × PCP (docs/design.md)."""
     p = spec.parallelism
     return (
         p.tensor_parallel_size
@@ -36,7 +36,7 @@ def pods_per_replica(spec: DeepSeekServingSpec) -> int:
 
 
 def sequence_parallel(spec: DeepSeekServingSpec, backend: str) -> bool:
-    """vLLM's ``_use_sequence_parallel`` for DeepSeek V4/V4.1 (vllm-rules.md §3.2)."""
+    """vLLM's ``_use_sequence_parallel`` for DeepSeek V4/V4.1 (docs/decision-rules.md)."""
     p = spec.parallelism
     return (
         p.pipeline_parallel_size == 1

@@ -169,7 +169,7 @@ def nvlink_clique(placement: Placement, clique_key: str | None, rule: str) -> Ch
     """A multi-node group fits in one NVLink clique (GB200/GB300 NVL72 trays).
 
     vLLM's symmetric-memory all-to-all (MegaMoE) needs NVLink between every rank of the EP group,
-    across trays only within one multi-node NVLink clique (vllm-rules.md §6.6).
+    across trays only within one multi-node NVLink clique (docs/decision-rules.md).
     """
     group = f"{placement.pods_per_replica}-pod group of {placement.gpus_per_pod}-GPU pods"
     if clique_key is None:

@@ -4,7 +4,7 @@ A replica that no eligible node can hold would only be a Pending pod (or a Pendi
 group), and thousands of them are thousands of objects for the API server and the scheduler. So
 the workload asks for at most the replicas the eligible nodes hold plus
 ``spec.maxPendingReplicas`` (default 1: one Pending pod is what a cluster autoscaler reacts to).
-The stability rule (design.md §3) bounds it from below: node churn never scales serving pods
+The stability rule (docs/design.md) bounds it from below: node churn never scales serving pods
 down, so the workload keeps the size it already has unless the user lowers ``spec.replicas``.
 """
 

@@ -1,4 +1,4 @@
-"""The stability rule (design.md §3): node churn never restarts serving pods.
+"""The stability rule (docs/design.md): node churn never restarts serving pods.
 
 With the decision already running for this same spec, a node change switches the backend only
 when no eligible node is left for it and no replica is serving; a better decision is reported,

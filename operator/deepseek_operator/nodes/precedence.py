@@ -1,6 +1,6 @@
 """Which node label states which GPU fact, and which label wins: the ONE precedence table.
 
-Precedence (design.md §4): the node agent's ``gpu.deepseek-operator.io/`` labels win over GPU
+Precedence (docs/design.md): the node agent's ``gpu.deepseek-operator.io/`` labels win over GPU
 Feature Discovery's ``nvidia.com/`` labels, which win over what the exact product name implies.
 For each fact the first source whose label key is PRESENT decides, exactly as a chain of
 ``DoesNotExist`` node-selector expressions does. :meth:`Fact.read` gives the engine's view of a

@@ -26,7 +26,7 @@ Multi-node replicas (``--nnodes`` > 1, every release; the facts come from the da
   peer GPU memory: DeepGEMM's MegaMoE buffer is a torch symmetric-memory rendezvous over the EP
   group, and the FlashInfer moe_ep megakernels own their dispatch (vLLM binds them to the
   ``passthrough`` all2all). vLLM has no config-time check for it; across nodes it only works when
-  every rank shares one multi-node NVLink domain (vllm-rules.md §6.6), so the operator confines a
+  every rank shares one multi-node NVLink domain (docs/decision-rules.md), so the operator confines a
   group to one NVLink clique (rule A11).
 """
 
