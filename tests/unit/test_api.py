@@ -55,6 +55,64 @@ def test_schema_is_structural() -> None:
         assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
 
 
+# The JSON names of apiextensions.k8s.io/v1 JSONSchemaProps: the API server silently drops any
+# other key from a CRD's schema, so a rule written with one would be enforced offline only.
+_KEYS_THE_API_SERVER_KEEPS = frozenset(
+    [
+        "id",
+        "$schema",
+        "$ref",
+        "description",
+        "type",
+        "format",
+        "title",
+        "default",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "multipleOf",
+        "enum",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "items",
+        "allOf",
+        "oneOf",
+        "anyOf",
+        "not",
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "dependencies",
+        "additionalItems",
+        "definitions",
+        "externalDocs",
+        "example",
+        "nullable",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-embedded-resource",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-list-type",
+        "x-kubernetes-map-type",
+        "x-kubernetes-validations",
+    ]
+)
+
+
+def test_schema_uses_only_keys_the_api_server_keeps() -> None:
+    for path, node in _walk(_schema()):
+        unknown = set(node) - _KEYS_THE_API_SERVER_KEEPS
+        assert not unknown, f"{path or '.'} uses {sorted(unknown)}, which the API server drops"
+
+
 def test_every_spec_and_status_field_has_a_description() -> None:
     root = _schema()
     for top in ("spec", "status"):

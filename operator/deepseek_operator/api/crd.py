@@ -98,6 +98,9 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
                 out[key] = _inline(value, defs)
         else:
             out[key] = _inline(value, defs)
+    # OpenAPI v3 as the API server reads it has no `const` and would drop it without a word.
+    if "const" in out:
+        out["enum"] = [out.pop("const")]
     # JSON Schema's numeric exclusive bounds are booleans beside minimum/maximum in OpenAPI v3.
     for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         if flag in out and not isinstance(out[flag], bool):
