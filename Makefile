@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Where the Go-built binaries and the vLLM virtualenvs are cached (the hack scripts and tests read it too).
 DSO_CACHE ?= $(HOME)/.cache/deepseek-operator
 
-.PHONY: help venv generate verify lint typecheck test test-unit cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
+.PHONY: help venv generate verify docs lint typecheck test test-unit cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -18,13 +18,16 @@ $(BIN)/deepseek-operator: pyproject.toml
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $@
 
-generate: venv ## regenerate crds/ (and the chart's copies) from the pydantic models
+generate: venv ## regenerate crds/ (and the chart's copies) and docs/reference/api.md from the pydantic models
 	$(BIN)/deepseek-operator crds > crds/serving.deepseek-operator.io_deepseekservings.yaml
 	$(BIN)/python hack/api_reference.py --write
 	@if [ -d charts/deepseek-operator ]; then $(BIN)/python hack/generate_chart_files.py; fi
 
 verify: generate ## fail if generated files are stale
-	git diff --exit-code -- crds charts README.md
+	git diff --exit-code -- crds charts docs README.md
+
+docs: venv ## build the documentation site (docs/ -> site/) with mkdocs --strict: broken links and anchors fail
+	$(BIN)/mkdocs build --strict
 
 lint: venv ## ruff check + format check
 	$(BIN)/ruff check operator tests bench hack conformance

@@ -1,3 +1,3 @@
 """Conformance with the real vLLM: code that runs inside each release's virtualenv (extract, oracle)
-and the harness that drives it from the operator's (see README, "Conformance with vLLM").
+and the harness that drives it from the operator's (see docs/conformance.md).
 """

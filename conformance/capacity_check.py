@@ -13,8 +13,8 @@ SpeculativeConfig stand-in. What is not covered, and why: V4.1-Flash (its cache 
 checkpoint's kv-source layer pattern, which the repository does not hold; its KV figures stay a
 per-token estimate), other speculative methods, pipeline and decode context parallelism (vLLM
 projects the groups per stage; V4's sliding-window specs refuse DCP). Weight bytes per GPU are
-computed from checkpoint dimensions, not counted on the meta device: see the README's capacity
-section.
+computed from checkpoint dimensions, not counted on the meta device: see docs/capacity.md and
+docs/limits.md.
 """
 
 from __future__ import annotations

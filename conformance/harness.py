@@ -2,7 +2,7 @@
 
 Runs in the operator's virtualenv. For each release it generates a matrix of DeepSeekServings
 (models × backends × parallel layouts × engine flags, EPLB redundant experts set through
-extraArgs, plus the README's examples), renders each
+extraArgs, plus the files in examples/), renders each
 one's `vllm serve` argv with OUR renderer, and asks the release's oracle (conformance/oracle.py,
 run with the release's virtualenv python in ONE process) about every argv on GPUs of compute
 capability 8.0, 9.0, 10.0, 10.3 and 12.0. It then compares:

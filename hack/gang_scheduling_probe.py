@@ -1,6 +1,6 @@
 """Kubernetes 1.36 alpha gang scheduling on this project's control plane: a probe, not a test.
 
-Why it exists: a LeaderWorkerSet group is placed leader first (README, "Limits"). This probe shows,
+Why it exists: a LeaderWorkerSet group is placed leader first (docs/limits.md). This probe shows,
 on the pinned binaries (~/.cache/deepseek-operator/bin, `make cluster-bins`), what the alpha
 Workload-aware scheduling of Kubernetes v1.36 would change. It starts etcd, kube-apiserver (with
 `GenericWorkload`, `GangScheduling`, `TopologyAwareWorkloadScheduling` and

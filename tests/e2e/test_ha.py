@@ -99,7 +99,7 @@ def test_a_killed_leader_is_replaced_within_seconds(
 
     kopf treats a peer as alive until its record's lifetime ends (60 s by default); the operator
     sets PEERING_LIFETIME_S (8 s), so the follower takes over within seconds. The measured
-    takeover is printed (the README's HA section quotes it).
+    takeover is printed (docs/operations.md, "HA", quotes it).
     """
     doc = peers.serving(namespace)
     full_cluster.apply(doc)
@@ -124,5 +124,5 @@ def test_a_killed_leader_is_replaced_within_seconds(
         timeout=90,
         what="follower takes over",
     )
-    # Measured, not asserted (the README's HA section quotes it).
+    # Measured, not asserted (docs/operations.md, "HA", quotes it).
     print(f"takeover after SIGKILL: {time.monotonic() - killed:.1f} s")

@@ -163,7 +163,7 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
         assert (result["pool"], result["device"]) == (node_of[pod], "channel-0")
     domain = cp.kubectl_json("get", "computedomain", f"{NAME}-imex", "-n", namespace)
     assert domain["metadata"]["ownerReferences"][0]["kind"] == "DeepSeekServing"
-    # One ComputeDomain per DeepSeekServing (README, "Rack scale"): the two groups sit in two
+    # One ComputeDomain per DeepSeekServing (docs/rack-scale.md, "ComputeDomain"): the two groups sit in two
     # cliques, and every pod's channel claim, in both, comes from that one domain.
     listed = cp.kubectl_json("get", "computedomains", "-n", namespace)["items"]
     assert [d["metadata"]["uid"] for d in listed] == [domain["metadata"]["uid"]]
