@@ -142,6 +142,17 @@ def test_every_cited_docs_page_and_section_exists() -> None:
     assert not missing, "\n".join(missing)
 
 
+@pytest.mark.parametrize("name", ["README.md", "CONTRIBUTING.md"])
+def test_relative_links_of_the_top_level_pages_resolve(name: str) -> None:
+    # mkdocs checks the links inside docs/; these two pages live outside it.
+    text = (ROOT / name).read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    assert local, name
+    broken = [t for t in local if not (ROOT / t).exists()]
+    assert not broken, broken
+
+
 def test_pages_are_in_the_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     for page in sorted(DOCS.rglob("*.md")):
