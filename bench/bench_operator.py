@@ -26,7 +26,7 @@ Goals (issue 13): start-up at 10,000 Nodes <= 2x the no-op's; idle p50 <= 1.5x, 
 the no-op's; 10,000 Nodes x 1,000 DeepSeekServings all resolved with RSS < 300 MB.
 
 Run: ``make bench-operator`` (the full sweep, ~8 min on 2 cores) or e.g. ``.venv/bin/python
-bench/bench_operator.py --nodes 1000 --servings 200 --repeats 1``; writes
+-m bench.bench_operator --nodes 1000 --servings 200 --repeats 1``; writes
 ``bench/results/operator-scale.json`` and ``.png``. Needs the binaries of ``make cluster-bins``.
 """
 
@@ -56,18 +56,17 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, agent_labels, make_gpu_node  # noqa: E402
-from k8s.cluster import (  # noqa: E402
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, agent_labels, make_gpu_node
+from tests.k8s.cluster import (
     CORE_BINARIES,
     ControlPlane,
     default_bin_dir,
     missing_binaries,
     wait_for,
 )
-from k8s.operator import OperatorProcess, install_crds  # noqa: E402
+from tests.k8s.operator import OperatorProcess, install_crds
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GROUP, VERSION, PLURAL = "serving.deepseek-operator.io", "v1alpha1", "deepseekservings"
 DSS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"

@@ -14,7 +14,7 @@ A bench-only harness, never imported by the operator. It starts the local contro
 It prints, per operator: latency p50/p95, CPU ms per object, and for ours the median of each
 span, and writes the raw spans (and py-spy's collapsed stacks) to ``--out``.
 
-Run: ``.venv/bin/python bench/profile_operator.py --nodes 1000 --servings 40``.
+Run: ``.venv/bin/python -m bench.profile_operator --nodes 1000 --servings 40``.
 """
 
 from __future__ import annotations
@@ -215,8 +215,8 @@ def collapsed_summary(path: Path, top: int) -> list[str]:
 
 def wrapped_operator_class() -> type:
     """:class:`OperatorProcess` running ``deepseek-operator run --standalone`` through ``--wrap``."""
-    from k8s.cluster import wait_for
-    from k8s.operator import OperatorProcess
+    from tests.k8s.cluster import wait_for
+    from tests.k8s.operator import OperatorProcess
 
     class WrappedOperatorProcess(OperatorProcess):
         def __init__(self, cp: Any, log_dir: Path, spans_path: Path) -> None:
@@ -228,7 +228,7 @@ def wrapped_operator_class() -> type:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, __file__, "--wrap", str(self.spans_path), "--",
+                    sys.executable, "-m", "bench.profile_operator", "--wrap", str(self.spans_path), "--",
                     "run", "--standalone",
                     "--health-address", "127.0.0.1", "--health-port", str(self.health_port),
                     "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
@@ -243,11 +243,9 @@ def wrapped_operator_class() -> type:
 
 def drive(args: argparse.Namespace) -> int:
     """Control plane, Nodes, then each operator's idle run; print and write the figures."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_operator as bo
-
-    from k8s.cluster import CORE_BINARIES, ControlPlane, default_bin_dir, missing_binaries
-    from k8s.operator import OperatorProcess, install_crds
+    from bench import bench_operator as bo
+    from tests.k8s.cluster import CORE_BINARIES, ControlPlane, default_bin_dir, missing_binaries
+    from tests.k8s.operator import OperatorProcess, install_crds
 
     WrappedOperatorProcess = wrapped_operator_class()
     bin_dir = default_bin_dir()
@@ -370,7 +368,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--wrap"]:
         sep = argv.index("--")
         return wrapped_main(Path(argv[1]), argv[sep + 1 :])
-    sys.path.insert(0, str(ROOT / "tests"))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--servings", type=int, default=40)

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import ControlPlane, unique_name, wait_for
-from k8s.dra import ComputeDomainDriver
-from k8s.operator import OperatorProcess
-from racks import two_racks
+from tests.k8s.cluster import ControlPlane, unique_name, wait_for
+from tests.k8s.dra import ComputeDomainDriver
+from tests.k8s.operator import OperatorProcess
+from tests.racks import two_racks
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess, patch_serving
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.operator import OperatorProcess, patch_serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import ControlPlane, unique_name, wait_for
-from k8s.dra import ComputeDomainDriver
-from k8s.lws import LwsInstall
-from k8s.operator import OperatorProcess, patch_serving
-from racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
+from tests.k8s.cluster import ControlPlane, unique_name, wait_for
+from tests.k8s.dra import ComputeDomainDriver
+from tests.k8s.lws import LwsInstall
+from tests.k8s.operator import OperatorProcess, patch_serving
+from tests.racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
 

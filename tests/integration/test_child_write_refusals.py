@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.unit.factories import gb200_pool
 
 from deepseek_operator.controller.kube import KubeClient, refusal
 from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
-from k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
-from k8s.operator import install_crds
+from tests.k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
+from tests.k8s.operator import install_crds
+from tests.unit.factories import gb200_pool
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,10 @@ import sys
 
 import pytest
 
+from hack.api_reference import BEGIN, END, reference
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
-sys.path.insert(0, str(ROOT / "hack"))
-
-from api_reference import BEGIN, END, reference  # noqa: E402
 
 EXAMPLES = [
     line.strip()
