@@ -26,9 +26,10 @@ generate: venv ## regenerate crds/ (and the chart's copies) from the pydantic mo
 verify: generate ## fail if generated files are stale
 	git diff --exit-code -- crds charts README.md
 
-lint: venv ## ruff check + format check
+lint: venv ## ruff check + format check + the import contracts (import-linter, pyproject.toml)
 	$(BIN)/ruff check operator tests bench hack conformance
 	$(BIN)/ruff format --check operator tests bench hack conformance
+	$(BIN)/lint-imports --no-cache
 
 typecheck: venv ## mypy (strict on the pure core)
 	$(BIN)/mypy
@@ -66,4 +67,4 @@ demo: venv ## local control plane + kwok GPU nodes + helm install + operator + e
 	$(BIN)/python -m hack.demo
 
 clean: ## remove the virtualenv and caches (not the cached binaries)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache
