@@ -20,8 +20,8 @@ $(BIN)/deepseek-operator: pyproject.toml
 
 generate: venv ## regenerate crds/ (and the chart's copies) and docs/reference/api.md from the pydantic models
 	$(BIN)/deepseek-operator crds > crds/serving.deepseek-operator.io_deepseekservings.yaml
-	$(BIN)/python hack/api_reference.py --write
-	@if [ -d charts/deepseek-operator ]; then $(BIN)/python hack/generate_chart_files.py; fi
+	$(BIN)/python -m hack.api_reference --write
+	@if [ -d charts/deepseek-operator ]; then $(BIN)/python -m hack.generate_chart_files; fi
 
 verify: generate ## fail if generated files are stale
 	git diff --exit-code -- crds charts docs README.md
@@ -29,9 +29,10 @@ verify: generate ## fail if generated files are stale
 docs: venv ## build the documentation site (docs/ -> site/) with mkdocs --strict: broken links and anchors fail
 	$(BIN)/mkdocs build --strict
 
-lint: venv ## ruff check + format check
+lint: venv ## ruff check + format check + the import contracts (import-linter, pyproject.toml)
 	$(BIN)/ruff check operator tests bench hack conformance
 	$(BIN)/ruff format --check operator tests bench hack conformance
+	$(BIN)/lint-imports --no-cache
 
 typecheck: venv ## mypy (strict on the pure core)
 	$(BIN)/mypy
@@ -60,13 +61,13 @@ test: venv cluster-bins vllm-newest lint typecheck ## THE test command: lint, ty
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
-	$(BIN)/python bench/bench_core.py
+	$(BIN)/python -m bench.bench_core
 
 bench-operator: venv cluster-bins ## operator at scale vs a no-op kopf operator: start-up over 1k-10k nodes, latency idle + burst of 100-1,000 DeepSeekServings; writes bench/results/operator-scale.{json,png} (~8 min on 2 cores)
-	$(BIN)/python bench/bench_operator.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.bench_operator $(BENCH_ARGS)
 
 demo: venv ## local control plane + kwok GPU nodes + helm install + operator + example; prints `kubectl get dss` and the checks
-	$(BIN)/python hack/demo.py
+	$(BIN)/python -m hack.demo
 
 clean: ## remove the virtualenv and caches (not the cached binaries)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

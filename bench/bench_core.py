@@ -1,7 +1,7 @@
 """Benchmark of the pure core and the offline ``render`` command.
 
 Targets (issue 2): ``resolve`` over an inventory of 5,000 nodes under 20 ms; ``deepseek-operator
-render`` of the example under 0.5 s wall. Run: ``make bench`` (or ``python bench/bench_core.py``).
+render`` of the example under 0.5 s wall. Run: ``make bench`` (or ``python -m bench.bench_core``).
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ import subprocess
 import sys
 import time
 
+from deepseek_operator.engine.decision import resolve
+from deepseek_operator.nodes.facts import build_inventory
+from tests.unit.factories import agent_labels, node, spec
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from tests.unit.factories import agent_labels, node, spec  # noqa: E402
-
-from deepseek_operator.engine.decision import resolve  # noqa: E402
-from deepseek_operator.nodes.facts import build_inventory  # noqa: E402
 
 
 def _pool(n: int) -> list[dict[str, object]]:

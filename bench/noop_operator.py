@@ -24,8 +24,10 @@ from typing import Any
 import kopf
 from prometheus_client import Gauge, start_http_server
 
-GROUP, VERSION, PLURAL = "serving.deepseek-operator.io", "v1alpha1", "deepseekservings"
-ANNOTATION_PREFIX = "serving.deepseek-operator.io"
+from deepseek_operator import names
+
+GROUP, VERSION, PLURAL = names.GROUP, names.VERSION, names.PLURAL
+ANNOTATION_PREFIX = names.KOPF_ANNOTATION_PREFIX
 
 NODE_LABELS: dict[str, dict[str, str]] = {}
 NODES = Gauge("deepseek_operator_nodes", "Nodes in the no-op operator's index")

@@ -1,7 +1,7 @@
 """Where one DeepSeekServing's apply → ``BackendResolved`` goes, in the real operator (issue 13).
 
 A bench-only harness, never imported by the operator. It starts the local control plane
-(etcd + kube-apiserver), creates ``--nodes`` GPU Nodes like ``bench_operator.py`` does, then runs
+(etcd + kube-apiserver), creates ``--nodes`` GPU Nodes like ``bench.cluster`` does, then runs
 ``--servings`` DeepSeekServings one at a time (idle mode) against
 
 * ours, wrapped (``--wrap``): the same ``deepseek-operator run --standalone``, with timing spans
@@ -14,7 +14,7 @@ A bench-only harness, never imported by the operator. It starts the local contro
 It prints, per operator: latency p50/p95, CPU ms per object, and for ours the median of each
 span, and writes the raw spans (and py-spy's collapsed stacks) to ``--out``.
 
-Run: ``.venv/bin/python bench/profile_operator.py --nodes 1000 --servings 40``.
+Run: ``.venv/bin/python -m bench.profile_operator --nodes 1000 --servings 40``.
 """
 
 from __future__ import annotations
@@ -215,8 +215,8 @@ def collapsed_summary(path: Path, top: int) -> list[str]:
 
 def wrapped_operator_class() -> type:
     """:class:`OperatorProcess` running ``deepseek-operator run --standalone`` through ``--wrap``."""
-    from k8s.cluster import wait_for
-    from k8s.operator import OperatorProcess
+    from tests.k8s.cluster import wait_for
+    from tests.k8s.operator import OperatorProcess
 
     class WrappedOperatorProcess(OperatorProcess):
         def __init__(self, cp: Any, log_dir: Path, spans_path: Path) -> None:
@@ -228,7 +228,7 @@ def wrapped_operator_class() -> type:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, __file__, "--wrap", str(self.spans_path), "--",
+                    sys.executable, "-m", "bench.profile_operator", "--wrap", str(self.spans_path), "--",
                     "run", "--standalone",
                     "--health-address", "127.0.0.1", "--health-port", str(self.health_port),
                     "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
@@ -243,11 +243,20 @@ def wrapped_operator_class() -> type:
 
 def drive(args: argparse.Namespace) -> int:
     """Control plane, Nodes, then each operator's idle run; print and write the figures."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_operator as bo
-
-    from k8s.cluster import CORE_BINARIES, ControlPlane, default_bin_dir, missing_binaries
-    from k8s.operator import OperatorProcess, install_crds
+    from bench.cluster import (
+        NoopOperatorProcess,
+        build_nodes,
+        build_servings,
+        create_nodes,
+        pool_names,
+        serving_path,
+        wait_indexed,
+    )
+    from bench.measure import percentile, proc_cpu_seconds, warm_up
+    from bench.watch import ResolvedWatcher
+    from tests.k8s.cluster import CORE_BINARIES, ControlPlane, default_bin_dir, missing_binaries
+    from tests.k8s.operator import OperatorProcess, install_crds
+    from tests.k8s.rest import Rest
 
     WrappedOperatorProcess = wrapped_operator_class()
     bin_dir = default_bin_dir()
@@ -263,8 +272,8 @@ def drive(args: argparse.Namespace) -> int:
         cp.start()
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)
         install_crds(cp)
-        pools = bo.pool_names(3, 2)
-        bo.create_nodes(cp, bo.build_nodes(args.nodes, 0.6, 3, 2), 16)
+        pools = pool_names(3, 2)
+        create_nodes(cp, build_nodes(args.nodes, 0.6, 3, 2), 16)
         log_dir = work / "logs-operators"
         log_dir.mkdir(exist_ok=True)
         for run_index, name in enumerate(args.operators):
@@ -273,18 +282,18 @@ def drive(args: argparse.Namespace) -> int:
             if name == "ours":
                 op: OperatorProcess = WrappedOperatorProcess(cp, log_dir, spans_path).start()
             else:
-                op = bo.NoopOperatorProcess(cp, log_dir).start()
+                op = NoopOperatorProcess(cp, log_dir).start()
             assert op.proc is not None
             pid = op.proc.pid
             namespaces = [f"prof-{name}-{run_index}-{k}" for k in range(2)]
             for ns in [*namespaces, f"prof-{name}-{run_index}-warm"]:
                 cp.kubectl("create", "namespace", ns)
             try:
-                bo.wait_indexed(op, args.nodes, 300)
+                wait_indexed(op, args.nodes, 300)
                 time.sleep(2.0)
-                docs = bo.build_servings(args.servings, namespaces, pools)
-                bo.warm_up(cp, docs[0], f"prof-{name}-{run_index}-warm")
-                watcher = bo.ResolvedWatcher(cp, namespaces, len(docs))
+                docs = build_servings(args.servings, namespaces, pools)
+                warm_up(cp, docs[0], f"prof-{name}-{run_index}-warm")
+                watcher = ResolvedWatcher(cp, namespaces, len(docs))
                 watcher.start()
                 watcher.connected.wait(10)
                 time.sleep(1.0)
@@ -298,22 +307,20 @@ def drive(args: argparse.Namespace) -> int:
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     )  # fmt: skip
                     time.sleep(1.5)
-                rest = bo.Rest(cp)
+                rest = Rest(cp)
                 created: dict[str, float] = {}
                 load_before = os.getloadavg()[0]
-                cpu0 = bo.proc_cpu_seconds(pid)
+                cpu0 = proc_cpu_seconds(pid)
                 for doc in docs:
                     meta = doc["metadata"]
-                    path = (
-                        f"/apis/{bo.GROUP}/{bo.VERSION}/namespaces/{meta['namespace']}/{bo.PLURAL}"
-                    )
+                    path = serving_path(meta["namespace"])
                     created[f"{meta['namespace']}/{meta['name']}"] = time.monotonic()
                     rest.call("POST", path, doc)
                     if not watcher.wait_for((meta["namespace"], meta["name"]), 60):
                         break
                     time.sleep(args.gap)
                 time.sleep(1.0)
-                cpu = bo.proc_cpu_seconds(pid) - cpu0
+                cpu = proc_cpu_seconds(pid) - cpu0
                 load_after = os.getloadavg()[0]
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
@@ -327,7 +334,7 @@ def drive(args: argparse.Namespace) -> int:
                 "operator": name,
                 "resolved": len(seen),
                 "p50_ms": statistics.median(lat) * 1000,
-                "p95_ms": bo.percentile(lat, 0.95) * 1000,
+                "p95_ms": percentile(lat, 0.95) * 1000,
                 "cpu_ms_per_object": cpu * 1000 / max(len(seen), 1),
                 "load": [load_before, load_after],
             }
@@ -370,7 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--wrap"]:
         sep = argv.index("--")
         return wrapped_main(Path(argv[1]), argv[sep + 1 :])
-    sys.path.insert(0, str(ROOT / "tests"))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--servings", type=int, default=40)

@@ -18,12 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, agent_labels, make_gpu_node
+from tests.k8s.cluster import ControlPlane, default_bin_dir, wait_for
+from tests.k8s.operator import OperatorProcess
 
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, agent_labels, make_gpu_node  # noqa: E402
-from k8s.cluster import ControlPlane, default_bin_dir, wait_for  # noqa: E402
-from k8s.operator import OperatorProcess  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CHART = REPO / "charts" / "deepseek-operator"
 RELEASE = "deepseek-operator"

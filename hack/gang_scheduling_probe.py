@@ -15,7 +15,7 @@ three kwok GB200 trays: one free in rack A, two in rack B; every pod asks for a 
 3. A second such gang when no clique has two free trays: neither pod is placed (no half-placed
    group), and the PodGroup says `PodGroupScheduled=False`, reason `Unschedulable`.
 
-Usage: .venv/bin/python hack/gang_scheduling_probe.py   (about 40 s; prints what it saw)
+Usage: .venv/bin/python -m hack.gang_scheduling_probe   (about 40 s; prints what it saw)
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ import tempfile
 import time
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+from tests.k8s import cluster
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.racks import GFD_CLIQUE, RACK_A, RACK_B, make_gb200_tray
 
-from k8s import cluster  # noqa: E402
-from k8s.cluster import ControlPlane, wait_for  # noqa: E402
-from racks import GFD_CLIQUE, RACK_A, RACK_B, make_gb200_tray  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
 _Component = cluster.Component

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Generator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 # --- real local control plane (tests/k8s/cluster.py; binaries: hack/build-control-plane.sh) ---
-# `k8s` is imported from tests/ whatever pytest's import mode or package layout.
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from k8s.cluster import (  # noqa: F401  (fixtures are used by name)
+from tests.k8s.cluster import (  # noqa: F401  (fixtures are used by name)
     attach_logs_on_failure,
     control_plane,
     full_cluster,
@@ -32,6 +26,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
 
 # --- the operator as a subprocess (tests/k8s/operator.py); rack scale: the real LWS controller
 # (tests/k8s/lws.py) and NVIDIA's ComputeDomain surface (tests/k8s/dra.py) ----------------------
-from k8s.dra import compute_domain_driver  # noqa: E402, F401
-from k8s.lws import lws_cluster  # noqa: E402, F401
-from k8s.operator import crds, operator  # noqa: E402, F401
+from tests.k8s.dra import compute_domain_driver  # noqa: E402, F401
+from tests.k8s.lws import lws_cluster  # noqa: E402, F401
+from tests.k8s.operator import crds, operator  # noqa: E402, F401

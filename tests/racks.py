@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator import names
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 
 GFD_CLIQUE = names.GFD_CLIQUE
 

@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 import pytest
-from conformance.harness import oracle_python
 
+from conformance.harness import oracle_python
 from deepseek_operator.catalog.vllm import newest_release
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

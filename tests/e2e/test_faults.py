@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.conditions import condition, wait_condition
+from tests.k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -145,12 +146,6 @@ def test_deleted_servings_around_an_apiserver_restart_are_never_reconciled_again
         op.stop()
 
 
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next(
-        (c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == ctype), {}
-    )
-
-
 def _refusing_policy(namespace: str) -> list[dict[str, Any]]:
     """A ValidatingAdmissionPolicy (and its binding) refusing Deployments named ``refused`` in
     ``namespace``: a cluster's own policy, the refusal admission of the DeepSeekServing cannot
@@ -227,11 +222,7 @@ def test_a_child_the_api_server_refuses_is_reported_and_retried_with_backoff(
         doc = serving(namespace, "refused", namespace)
         cp.apply(doc)
 
-        def refused() -> dict[str, Any] | None:
-            obj = dict(cp.kubectl_json("get", "dss", "refused", "-n", namespace))
-            return obj if condition(obj, "WorkloadApplied").get("status") == "False" else None
-
-        obj = wait_for(refused, timeout=60, what="WorkloadApplied=False")
+        obj = wait_condition(cp, namespace, "WorkloadApplied", "False", name="refused")
         applied = condition(obj, "WorkloadApplied")
         assert applied["reason"] == "WorkloadRefused"
         assert "Deployment/refused" in applied["message"], applied
@@ -257,11 +248,8 @@ def test_a_child_the_api_server_refuses_is_reported_and_retried_with_backoff(
         for obj_ in reversed(policy):
             cp.kubectl("delete", obj_["kind"].lower(), obj_["metadata"]["name"])
 
-        def applied_now() -> bool:
-            obj = dict(cp.kubectl_json("get", "dss", "refused", "-n", namespace))
-            return condition(obj, "WorkloadApplied").get("status") == "True"
-
-        wait_for(applied_now, timeout=120, what="WorkloadApplied=True once the policy is gone")
+        # the policy gone: WorkloadApplied=True
+        wait_condition(cp, namespace, "WorkloadApplied", "True", name="refused", timeout=120)
     finally:
         op.stop()
         for obj_ in reversed(policy):
@@ -294,11 +282,7 @@ def test_pods_refused_by_pod_security_surface_in_the_status(
     try:
         cp.apply(serving(namespace, "psa", namespace))
 
-        def pods_refused() -> dict[str, Any] | None:
-            obj = dict(cp.kubectl_json("get", "dss", "psa", "-n", namespace))
-            return obj if condition(obj, "Ready").get("reason") == "PodsRefused" else None
-
-        obj = wait_for(pods_refused, timeout=90, what="Ready=False PodsRefused")
+        obj = wait_condition(cp, namespace, "Ready", reason="PodsRefused", name="psa", timeout=90)
         message = condition(obj, "Ready")["message"]
         assert "FailedCreate" in message and "PodSecurity" in message, message
         # The Deployment itself was accepted; only its pods are refused.

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from deepseek_operator.controller.handlers import PEERING_LIFETIME_S
-from gpu_nodes import make_gpu_node
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess, patch_serving
+from tests.gpu_nodes import make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.operator import OperatorProcess, patch_serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e

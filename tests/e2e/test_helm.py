@@ -29,9 +29,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.conditions import condition, wait_condition
+from tests.k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -111,12 +112,6 @@ def serving(namespace: str) -> dict[str, Any]:
     return doc
 
 
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next(
-        (c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == ctype), {}
-    )
-
-
 def log_records(op: OperatorProcess) -> list[dict[str, Any]]:
     records = []
     for line in op.log_path.read_text(errors="replace").splitlines():
@@ -186,11 +181,7 @@ def test_chart_installs_runs_the_operator_on_its_rbac_upgrades_and_uninstalls_cl
     try:
         cp.apply(serving(namespace))
 
-        def ready() -> dict[str, Any] | None:
-            obj = dict(cp.kubectl_json("get", "dss", "dsv41", "-n", namespace))
-            return obj if condition(obj, "Ready").get("status") == "True" else None
-
-        obj = wait_for(ready, timeout=120, what=f"Ready=True on {namespace}/dsv41")
+        obj = wait_condition(cp, namespace, "Ready", "True", timeout=120)
         timings["ready"] = time.monotonic() - t1
         backend = condition(obj, "BackendResolved")
         assert backend["status"] == "True" and backend["reason"] == "MegaMoESelected"

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import ControlPlane, unique_name, wait_for
-from k8s.dra import ComputeDomainDriver
-from k8s.operator import OperatorProcess
-from racks import two_racks
+from tests.k8s.cluster import ControlPlane, unique_name, wait_for
+from tests.k8s.conditions import condition, serving_condition, wait_condition
+from tests.k8s.dra import ComputeDomainDriver
+from tests.k8s.operator import OperatorProcess
+from tests.racks import two_racks
 
 pytestmark = pytest.mark.e2e
 
@@ -89,12 +90,6 @@ def _selects(service: dict[str, Any], pod: dict[str, Any]) -> bool:
     return all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
 
 
-def _condition(cp: ControlPlane, namespace: str, ctype: str) -> dict[str, Any]:
-    dss = cp.kubectl_json("get", "dss", NAME, "-n", namespace)
-    conditions = (dss.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == ctype), {})
-
-
 def _check_both_services(cp: ControlPlane, namespace: str) -> tuple[str, str]:
     """LWS's headless Service selects every pod of the group, ours (ClusterIP) the leader; the
     uids of (LWS's, ours)."""
@@ -116,7 +111,7 @@ def _check_both_services(cp: ControlPlane, namespace: str) -> tuple[str, str]:
     assert _controller(ours) == ("DeepSeekServing", NAME, dss["metadata"]["uid"])
     selected = sorted(p["metadata"]["name"] for p in pods if _selects(ours, p))
     assert selected == [f"{NAME}-0"]  # the leader runs vLLM's API server
-    assert _condition(cp, namespace, "WorkloadApplied").get("status") != "False"
+    assert serving_condition(cp, namespace, "WorkloadApplied", NAME).get("status") != "False"
     return headless["metadata"]["uid"], ours["metadata"]["uid"]
 
 
@@ -180,14 +175,11 @@ def test_a_service_of_ours_name_made_by_someone_else_is_reported_not_fought_over
     before = cp.kubectl_json("get", "service", OURS, "-n", namespace)
     cp.apply(_serving(namespace))
 
-    applied = wait_for(
-        lambda: (c := _condition(cp, namespace, "WorkloadApplied")).get("status") == "False" and c,
-        timeout=60,
-        what="WorkloadApplied=False",
-    )
+    obj = wait_condition(cp, namespace, "WorkloadApplied", "False", name=NAME)
+    applied = condition(obj, "WorkloadApplied")
     assert applied["reason"] == "ForeignObjectInTheWay"
     assert applied["message"].startswith(f"Service/{OURS} already exists and has no owner")
-    ready = _condition(cp, namespace, "Ready")
+    ready = serving_condition(cp, namespace, "Ready", NAME)
     assert ready["status"] == "False" and ready["reason"] == "ForeignObjectInTheWay"
     events = cp.kubectl_json(
         "get", "events", "-n", namespace, "--field-selector", "reason=ForeignObjectInTheWay"
@@ -219,9 +211,5 @@ def test_a_service_of_ours_name_made_by_someone_else_is_reported_not_fought_over
     # Gone: the next back-off step (at most 5 minutes; here, after some 30-90 s blocked, the
     # 40 s or 80 s one) creates ours.
     cp.kubectl("delete", "service", OURS, "-n", namespace)
-    wait_for(
-        lambda: _condition(cp, namespace, "WorkloadApplied").get("status") == "True",
-        timeout=150,
-        what="WorkloadApplied=True once the squatter is gone",
-    )
+    wait_condition(cp, namespace, "WorkloadApplied", "True", name=NAME, timeout=150)
     _check_both_services(cp, namespace)

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess, patch_serving
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.conditions import condition, wait_condition
+from tests.k8s.operator import OperatorProcess, patch_serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
@@ -61,32 +62,6 @@ def _get(
     return dict(cp.kubectl_json("get", kind, name, "-n", namespace))
 
 
-def _condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next(
-        (c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == ctype), {}
-    )
-
-
-def _wait_condition(
-    cp: ControlPlane,
-    namespace: str,
-    ctype: str,
-    status: str,
-    timeout: float = 60,
-    check: Callable[[dict[str, Any]], bool] | None = None,
-) -> dict[str, Any]:
-    holder: dict[str, Any] = {}
-
-    def ok() -> bool:
-        obj = _get(cp, namespace)
-        cond = _condition(obj, ctype)
-        holder["obj"] = obj
-        return cond.get("status") == status and (check is None or check(obj))
-
-    wait_for(ok, timeout=timeout, what=f"{ctype}={status} on {namespace}/dsv41")
-    return holder["obj"]
-
-
 def _pods(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
     return list(
         cp.kubectl_json("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/instance=dsv41")[
@@ -104,13 +79,13 @@ def test_seed_on_gb200_selects_mega_moe_schedules_and_becomes_ready(
 ) -> None:
     node_factory(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
     full_cluster.apply(_serving(namespace))
-    obj = _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
+    obj = wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     assert obj["status"]["resolved"]["sequenceParallel"] is True
-    backend = _condition(obj, "BackendResolved")
+    backend = condition(obj, "BackendResolved")
     assert backend["status"] == "True" and backend["reason"] == "MegaMoESelected"
     assert backend["observedGeneration"] == obj["metadata"]["generation"]
-    assert _condition(obj, "Placeable")["status"] == "True"
+    assert condition(obj, "Placeable")["status"] == "True"
     deploy = _get(full_cluster, namespace, "deployment")
     args = _args(deploy)
     assert args[args.index("--moe-backend") + 1] == "deep_gemm_mega_moe"
@@ -138,7 +113,7 @@ def test_mixed_pool_lands_only_on_gb200(
         _gb200(f"{namespace}-gb1", namespace),
     )
     full_cluster.apply(_serving(namespace, replicas=2))
-    obj = _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
+    obj = wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     nodes = {p["spec"]["nodeName"] for p in _pods(full_cluster, namespace)}
     assert nodes == {f"{namespace}-gb0", f"{namespace}-gb1"}
@@ -149,12 +124,12 @@ def test_h200_pool_keeps_auto_and_names_the_failed_check(
 ) -> None:
     node_factory(_h200(f"{namespace}-h0", namespace))
     full_cluster.apply(_serving(namespace))
-    obj = _wait_condition(full_cluster, namespace, "BackendResolved", "True")
+    obj = wait_condition(full_cluster, namespace, "BackendResolved", "True")
     assert obj["status"]["resolved"]["moeBackend"] == "auto"
     assert obj["status"]["resolved"]["sequenceParallel"] is False
     assert obj["status"]["decision"]["reason"] == "GPUArchitectureFailed"
-    assert _condition(obj, "BackendResolved")["reason"] == "KeptAuto"
-    assert "GPUArchitecture" in _condition(obj, "BackendResolved")["message"]
+    assert condition(obj, "BackendResolved")["reason"] == "KeptAuto"
+    assert "GPUArchitecture" in condition(obj, "BackendResolved")["message"]
 
 
 def test_relabel_does_not_flip_or_restart_but_a_spec_change_rolls_out(
@@ -162,32 +137,32 @@ def test_relabel_does_not_flip_or_restart_but_a_spec_change_rolls_out(
 ) -> None:
     node_factory(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
     full_cluster.apply(_serving(namespace))
-    _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
+    wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     pod = _pods(full_cluster, namespace)[0]
     host = pod["spec"]["nodeName"]
     other = ({f"{namespace}-gb0", f"{namespace}-gb1"} - {host}).pop()
     label = "gpu.deepseek-operator.io/nvlink.fully-connected=false"
     # The tray under the serving pod breaks; the other still holds the EP group.
     full_cluster.kubectl("label", "node", host, "--overwrite", label)
-    obj = _wait_condition(
+    obj = wait_condition(
         full_cluster,
         namespace,
         "BackendResolved",
         "True",
-        check=lambda o: host in _condition(o, "BackendResolved")["message"],
+        check=lambda o: host in condition(o, "BackendResolved")["message"],
     )
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     # Now no tray is eligible: the serving decision is still kept (node churn never restarts it).
     full_cluster.kubectl("label", "node", other, "--overwrite", label)
-    obj = _wait_condition(
+    obj = wait_condition(
         full_cluster,
         namespace,
         "BackendResolved",
         "True",
-        check=lambda o: "no eligible node is left" in _condition(o, "BackendResolved")["message"],
+        check=lambda o: "no eligible node is left" in condition(o, "BackendResolved")["message"],
     )
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
-    assert "kept" in _condition(obj, "BackendResolved")["message"]
+    assert "kept" in condition(obj, "BackendResolved")["message"]
     assert [p["metadata"]["uid"] for p in _pods(full_cluster, namespace)] == [
         pod["metadata"]["uid"]
     ]
@@ -202,7 +177,7 @@ def test_relabel_does_not_flip_or_restart_but_a_spec_change_rolls_out(
             "gpu.deepseek-operator.io/nvlink.fully-connected=true",
         )
     patch_serving(full_cluster, namespace, {"spec": {"engine": {"maxNumSeqs": 32}}})
-    obj = _wait_condition(
+    obj = wait_condition(
         full_cluster, namespace, "Ready", "True", timeout=120,
         check=lambda o: o["status"]["observedGeneration"] == o["metadata"]["generation"] and o["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe",
     )  # fmt: skip
@@ -222,10 +197,10 @@ def test_explicit_mega_on_hopper_is_pending_not_crashing_and_fixing_the_spec_cle
 ) -> None:
     node_factory(_h200(f"{namespace}-h0", namespace))
     full_cluster.apply(_serving(namespace, moeBackend="deep_gemm_mega_moe"))
-    obj = _wait_condition(full_cluster, namespace, "BackendResolved", "False")
-    message = _condition(obj, "BackendResolved")["message"]
+    obj = wait_condition(full_cluster, namespace, "BackendResolved", "False")
+    message = condition(obj, "BackendResolved")["message"]
     assert "DeepGEMM MegaMoE requires SM100 GPUs." in message
-    assert _condition(obj, "Ready")["reason"] == "BackendUnrunnable"
+    assert condition(obj, "Ready")["reason"] == "BackendUnrunnable"
     wait_for(lambda: len(_pods(full_cluster, namespace)) == 1, timeout=30, what="pod created")
     pods = _pods(full_cluster, namespace)
     assert pods[0]["status"]["phase"] == "Pending" and not pods[0]["spec"].get("nodeName")
@@ -234,8 +209,8 @@ def test_explicit_mega_on_hopper_is_pending_not_crashing_and_fixing_the_spec_cle
         namespace,
         {"spec": {"moeBackend": "auto", "parallelism": {"tensorParallelSize": 8}}},
     )
-    obj = _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
-    assert _condition(obj, "BackendResolved")["status"] == "True"
+    obj = wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
+    assert condition(obj, "BackendResolved")["status"] == "True"
 
 
 def test_children_are_restored_and_garbage_collected(
@@ -243,7 +218,7 @@ def test_children_are_restored_and_garbage_collected(
 ) -> None:
     node_factory(_gb200(f"{namespace}-gb0", namespace))
     full_cluster.apply(_serving(namespace))
-    _wait_condition(full_cluster, namespace, "BackendResolved", "True")
+    wait_condition(full_cluster, namespace, "BackendResolved", "True")
     wait_for(
         lambda: (
             full_cluster.kubectl("get", "svc", "dsv41-api", "-n", namespace, check=False).returncode
@@ -313,11 +288,11 @@ def test_operator_restart_leaves_no_duplicate_or_lost_children(
         full_cluster.apply(_serving(namespace))
         second = OperatorProcess(full_cluster, tmp_path).start()
         try:
-            _wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
+            wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
             second.stop(kill=True)  # mid-flight: children exist, status may be half-written
             third = OperatorProcess(full_cluster, tmp_path).start()
             try:
-                obj = _wait_condition(full_cluster, namespace, "Ready", "True", timeout=60)
+                obj = wait_condition(full_cluster, namespace, "Ready", "True", timeout=60)
                 assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
                 names = full_cluster.kubectl(
                     "get", "deployment,svc,statefulset", "-n", namespace, "-o", "name"
@@ -343,9 +318,9 @@ def test_only_placeable_replicas_plus_the_queue_are_created_and_more_nodes_let_m
         return int(_get(full_cluster, namespace, "deployment")["spec"]["replicas"])
 
     def held_back(text: str) -> Callable[[dict[str, Any]], bool]:
-        return lambda o: text in _condition(o, "Placeable")["message"]
+        return lambda o: text in condition(o, "Placeable")["message"]
 
-    obj = _wait_condition(
+    obj = wait_condition(
         full_cluster, namespace, "Placeable", "False", timeout=90,
         check=held_back("45 of 50 replicas held back: the workload asks for 5 (4 placeable + spec.maxPendingReplicas 1 allowed to pend)"),
     )  # fmt: skip
@@ -362,7 +337,7 @@ def test_only_placeable_replicas_plus_the_queue_are_created_and_more_nodes_let_m
     # Two more trays: two more replicas are let in, still one queued.
     added = [f"{namespace}-gb4", f"{namespace}-gb5"]
     node_factory(*(_gb200(name, namespace) for name in added))
-    _wait_condition(
+    wait_condition(
         full_cluster, namespace, "Placeable", "False", timeout=60,
         check=held_back("43 of 50 replicas held back: the workload asks for 7"),
     )  # fmt: skip
@@ -370,7 +345,7 @@ def test_only_placeable_replicas_plus_the_queue_are_created_and_more_nodes_let_m
     # The trays go again: capacity shrank, but the workload never shrinks for it.
     for name in added:
         full_cluster.delete_node(name)
-    _wait_condition(
+    wait_condition(
         full_cluster, namespace, "Placeable", "False", timeout=60,
         check=held_back("43 of 50 replicas held back: the workload keeps its current 7"),
     )  # fmt: skip

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import ControlPlane, unique_name, wait_for
-from k8s.dra import ComputeDomainDriver
-from k8s.lws import LwsInstall
-from k8s.operator import OperatorProcess, patch_serving
-from racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
+from tests.k8s.cluster import ControlPlane, unique_name, wait_for
+from tests.k8s.conditions import condition, serving_condition, wait_condition
+from tests.k8s.dra import ComputeDomainDriver
+from tests.k8s.lws import LwsInstall
+from tests.k8s.operator import OperatorProcess, patch_serving
+from tests.racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())
@@ -71,13 +72,6 @@ def _running(cp: ControlPlane, namespace: str, count: int) -> list[dict[str, Any
         if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
     ]
     return pods if len(pods) == count else None
-
-
-def _condition(cp: ControlPlane, namespace: str, ctype: str) -> dict[str, Any]:
-    dss = cp.kubectl_json("get", "dss", NAME, "-n", namespace)
-    return next(
-        (c for c in (dss.get("status") or {}).get("conditions", []) if c["type"] == ctype), {}
-    )
 
 
 def _group_cliques(cp: ControlPlane, pods: list[dict[str, Any]]) -> dict[str, str]:
@@ -177,12 +171,8 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
     )  # fmt: skip
     assert sorted(cliques_of_claims.values()) == sorted([RACK_A.key, RACK_B.key])
 
-    wait_for(
-        lambda: _condition(cp, namespace, "Ready").get("status") == "True",
-        timeout=60,
-        what="Ready (LWS groups ready)",
-    )
-    assert _condition(cp, namespace, "ComputeDomain")["reason"] == "ComputeDomainRendered"
+    obj = wait_condition(cp, namespace, "Ready", "True", name=NAME)  # the LWS groups ready
+    assert condition(obj, "ComputeDomain")["reason"] == "ComputeDomainRendered"
     status = cp.kubectl_json("get", "dss", NAME, "-n", namespace)["status"]
     assert status["resolved"]["podsPerReplica"] == 2 and status["readyReplicas"] == 2
     assert status["resolved"]["nvlinkCliques"] == [RACK_A.key, RACK_B.key]
@@ -196,7 +186,7 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
         what=f"status.groups == {expected}",
     )
     assert {g["clique"] for g in groups} == {RACK_A.key, RACK_B.key}
-    ready = _condition(cp, namespace, "Ready")["message"]
+    ready = serving_condition(cp, namespace, "Ready", NAME)["message"]
     for g in groups:
         assert f"{g['index']} in {g['clique']}: 2/2 pods ready" in ready, ready
 
@@ -207,11 +197,8 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
 
     # Four trays per clique hold two groups each: a fifth replica cannot be placed.
     patch_serving(cp, namespace, {"spec": {"replicas": 5}}, name=NAME)
-    placeable = wait_for(
-        lambda: (c := _condition(cp, namespace, "Placeable")).get("status") == "False" and c,
-        timeout=60,
-        what="Placeable=False for 5 replicas",
-    )
+    obj = wait_condition(cp, namespace, "Placeable", "False", name=NAME)
+    placeable = condition(obj, "Placeable")
     assert "capacity 4 replica(s), 5 wanted" in placeable["message"]
     assert RACK_A.key in placeable["message"] and RACK_B.key in placeable["message"]
 
@@ -308,15 +295,9 @@ def test_without_the_lws_crd_a_multi_pod_spec_is_not_placeable_and_renders_nothi
     install.uninstall()
     try:
         cp.apply(_serving(namespace))
-        placeable = wait_for(
-            lambda: (
-                (c := _condition(cp, namespace, "Placeable")).get("reason")
-                == "LeaderWorkerSetNotInstalled"
-                and c
-            ),
-            timeout=90,
-            what="Placeable=False LeaderWorkerSetNotInstalled",
-        )
+        reason = "LeaderWorkerSetNotInstalled"
+        obj = wait_condition(cp, namespace, "Placeable", reason=reason, name=NAME, timeout=90)
+        placeable = condition(obj, "Placeable")
         assert placeable["status"] == "False"
         assert "helm install lws" in placeable["message"]
         assert not cp.kubectl_json("get", "deployments,services", "-n", namespace)["items"]
@@ -324,7 +305,7 @@ def test_without_the_lws_crd_a_multi_pod_spec_is_not_placeable_and_renders_nothi
         install.install()
     # Installing LWS afterwards is noticed (CRD watch): the workload appears.
     wait_for(lambda: _running(cp, namespace, 4), timeout=180, what="groups after LWS install")
-    assert _condition(cp, namespace, "Placeable")["status"] == "True"
+    assert serving_condition(cp, namespace, "Placeable", NAME)["status"] == "True"
 
 
 def test_pods_a_leaderworkerset_cannot_create_surface_as_pods_refused(
@@ -337,11 +318,8 @@ def test_pods_a_leaderworkerset_cannot_create_surface_as_pods_refused(
     cp.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     cp.apply(_serving(namespace))
 
-    def refused() -> dict[str, Any] | None:
-        cond = _condition(cp, namespace, "Ready")
-        return cond if cond.get("reason") == "PodsRefused" else None
-
-    cond = wait_for(refused, timeout=120, what="Ready=False PodsRefused")
+    obj = wait_condition(cp, namespace, "Ready", reason="PodsRefused", name=NAME, timeout=120)
+    cond = condition(obj, "Ready")
     assert cond["status"] == "False"
     message = cond["message"]
     assert f"StatefulSet/{NAME}: FailedCreate: " in message, message
@@ -351,7 +329,7 @@ def test_pods_a_leaderworkerset_cannot_create_surface_as_pods_refused(
         c.get("status") == "True" and "fail" in c.get("reason", "").lower()
         for c in (lws.get("status") or {}).get("conditions", [])
     ), "LWS itself says nothing about the refusal"
-    assert _condition(cp, namespace, "WorkloadApplied").get("status") != "False"
+    assert serving_condition(cp, namespace, "WorkloadApplied", NAME).get("status") != "False"
 
 
 def test_a_statefulset_the_leaderworkerset_cannot_create_surfaces_as_pods_refused(
@@ -371,11 +349,8 @@ def test_a_statefulset_the_leaderworkerset_cannot_create_surfaces_as_pods_refuse
     )
     cp.apply(_serving(namespace))
 
-    def refused() -> dict[str, Any] | None:
-        cond = _condition(cp, namespace, "Ready")
-        return cond if cond.get("reason") == "PodsRefused" else None
-
-    cond = wait_for(refused, timeout=120, what="Ready=False PodsRefused")
+    obj = wait_condition(cp, namespace, "Ready", reason="PodsRefused", name=NAME, timeout=120)
+    cond = condition(obj, "Ready")
     assert cond["status"] == "False"
     message = cond["message"]
     assert (
@@ -384,12 +359,12 @@ def test_a_statefulset_the_leaderworkerset_cannot_create_surfaces_as_pods_refuse
     ), message
     assert "exceeded quota: no-statefulsets" in message, message
     assert not cp.kubectl_json("get", "statefulsets", "-n", namespace)["items"]
-    assert _condition(cp, namespace, "WorkloadApplied").get("status") != "False"
+    assert serving_condition(cp, namespace, "WorkloadApplied", NAME).get("status") != "False"
 
     # The quota lifted: the LWS controller creates its StatefulSets and the reason goes away.
     cp.kubectl("delete", "resourcequota", "no-statefulsets", "-n", namespace)
     wait_for(
-        lambda: _condition(cp, namespace, "Ready").get("reason") != "PodsRefused",
+        lambda: serving_condition(cp, namespace, "Ready", NAME).get("reason") != "PodsRefused",
         timeout=180,
         what="PodsRefused cleared once the StatefulSets exist",
     )

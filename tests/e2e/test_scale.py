@@ -11,10 +11,11 @@ import pathlib
 
 import pytest
 import yaml
-from bench.bench_operator import Rest, build_nodes, create_nodes
 
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess
+from bench.cluster import build_nodes, create_nodes
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.operator import OperatorProcess
+from tests.k8s.rest import Rest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e

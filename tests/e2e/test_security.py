@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
-from k8s.cluster import ControlPlane, wait_for
-from k8s.operator import OperatorProcess
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.conditions import wait_condition
+from tests.k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -374,15 +375,7 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
         try:
             cp.apply(serving(served, nodeSelector={"pool": served}))
 
-            def resolved() -> dict[str, Any] | None:
-                obj = dict(cp.kubectl_json("get", "dss", "dsv41", "-n", served))
-                conditions = (obj.get("status") or {}).get("conditions", [])
-                done = any(
-                    c["type"] == "BackendResolved" and c["status"] == "True" for c in conditions
-                )
-                return obj if done else None
-
-            wait_for(resolved, timeout=120, what=f"BackendResolved=True on {served}/dsv41")
+            wait_condition(cp, served, "BackendResolved", "True", timeout=120)
             wait_for(
                 lambda: (
                     cp.kubectl("get", "deployment", "dsv41", "-n", served, check=False).returncode

@@ -33,11 +33,11 @@ from deepseek_operator.errors import SpecError
 from deepseek_operator.names import FIELD_MANAGER, GROUP, PLURAL, VERSION
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
-from gpu_nodes import make_gpu_node
-from hostile_specs import EMBEDDED_FIELDS, SEED, hostile, hostile_inputs, set_path
-from k8s.cluster import ControlPlane, as_kubectl_sends
-from k8s.dra import computedomain_crd
-from racks import RACK_A, make_gb200_tray
+from tests.gpu_nodes import make_gpu_node
+from tests.hostile_specs import EMBEDDED_FIELDS, SEED, hostile, hostile_inputs, set_path
+from tests.k8s.cluster import ControlPlane, as_kubectl_sends
+from tests.k8s.dra import computedomain_crd
+from tests.racks import RACK_A, make_gb200_tray
 
 pytestmark = pytest.mark.integration
 

@@ -30,8 +30,8 @@ from kubernetes.client.rest import ApiException
 from deepseek_operator.api.load import parse_serving
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import GROUP, PLURAL, VERSION
-from hostile_specs import aliased_yaml, hostile, hostile_inputs
-from k8s.cluster import ControlPlane, as_kubectl_sends
+from tests.hostile_specs import aliased_yaml, hostile, hostile_inputs
+from tests.k8s.cluster import ControlPlane, as_kubectl_sends
 
 pytestmark = pytest.mark.integration
 

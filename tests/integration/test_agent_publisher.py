@@ -24,8 +24,8 @@ from deepseek_operator.agent.gpu_topology import GpuTopology
 from deepseek_operator.agent.main import desired_state
 from deepseek_operator.agent.publisher import MERGE_PATCH, Backoff, NodePublisher, PublishError
 from deepseek_operator.agent.topo_smi import parse_topo
-from gpu_nodes import make_gpu_node
-from k8s.cluster import ControlPlane, free_port, unique_name, wait_for
+from tests.gpu_nodes import make_gpu_node
+from tests.k8s.cluster import ControlPlane, free_port, unique_name, wait_for
 
 pytestmark = pytest.mark.integration
 

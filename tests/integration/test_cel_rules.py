@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from deepseek_operator.api.rules import SPEC_RULES
-from k8s.cluster import ControlPlane
+from tests.k8s.cluster import ControlPlane
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 INVALID = sorted((REPO / "tests/fixtures/invalid").glob("*.yaml"))

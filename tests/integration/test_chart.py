@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import require_binaries
+from tests.k8s.cluster import require_binaries
 
 pytestmark = pytest.mark.integration
 

@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.unit.factories import gb200_pool
 
 from deepseek_operator.controller.kube import KubeClient, refusal
 from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
-from k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
-from k8s.operator import install_crds
+from tests.k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
+from tests.k8s.conditions import condition
+from tests.k8s.operator import install_crds
+from tests.unit.factories import gb200_pool
 
 pytestmark = pytest.mark.integration
 
@@ -58,11 +59,6 @@ class DuplicateEnvKube(KubeClient):
         except Exception as exc:
             self.answers.append(int(getattr(exc, "status", 0) or 0))
             raise
-
-
-def _condition(body: dict[str, Any], ctype: str) -> dict[str, Any]:
-    conditions = (body.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == ctype), {})
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +109,10 @@ def test_a_500_answer_to_a_child_write_is_in_the_status_an_event_and_backs_off(
     assert first.retry_after == BACKOFF_FIRST_S
     assert len(first.refused) == 1 and first.refused[0].startswith("Deployment/dup: ")
     body = cp.kubectl_json("get", "dss", "dup", "-n", namespace)
-    applied = _condition(body, "WorkloadApplied")
+    applied = condition(body, "WorkloadApplied")
     assert applied["status"] == "False" and applied["reason"] == "WorkloadRefused"
     assert "Deployment/dup" in applied["message"] and "duplicate" in applied["message"]
-    ready = _condition(body, "Ready")
+    ready = condition(body, "Ready")
     assert ready["reason"] == "WorkloadRefused" and ready["message"] == applied["message"]
     refusals = [e for e in events if e[1] == "WorkloadRefused"]
     assert [e[:2] for e in refusals] == [("Warning", "WorkloadRefused")]
@@ -139,7 +135,7 @@ def test_a_500_answer_to_a_child_write_is_in_the_status_an_event_and_backs_off(
     done = reconcile()
     assert not done.refused and done.retry_after is None
     body = cp.kubectl_json("get", "dss", "dup", "-n", namespace)
-    assert _condition(body, "WorkloadApplied")["status"] == "True"
+    assert condition(body, "WorkloadApplied")["status"] == "True"
     cp.kubectl_json("get", "deployment", "dup", "-n", namespace)
 
 

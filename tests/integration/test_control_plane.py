@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_nodes import make_gpu_node
-from k8s.cluster import ControlPlane, require_binaries, unique_name, wait_for
+from tests.gpu_nodes import make_gpu_node
+from tests.k8s.cluster import ControlPlane, require_binaries, unique_name, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "serving.deepseek-operator.io_deepseekservings.yaml"

@@ -38,8 +38,8 @@ from deepseek_operator.errors import SpecError
 from deepseek_operator.names import GROUP, PLURAL, VERSION
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
-from hostile_specs import EMBEDDED_FIELDS, SEED
-from k8s.cluster import ControlPlane
+from tests.hostile_specs import EMBEDDED_FIELDS, SEED
+from tests.k8s.cluster import ControlPlane
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from k8s.cluster import ControlPlane
+from tests.k8s.cluster import ControlPlane
 
 pytestmark = pytest.mark.integration
 

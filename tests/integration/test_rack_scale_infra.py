@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from k8s.cluster import ControlPlane, unique_name, wait_for
-from k8s.dra import CD_GROUP, CD_VERSION, CHANNEL_CLASS, DRIVER, ComputeDomainDriver
-from k8s.lws import LWS_GROUP
-from racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
+from tests.k8s.cluster import ControlPlane, unique_name, wait_for
+from tests.k8s.dra import CD_GROUP, CD_VERSION, CHANNEL_CLASS, DRIVER, ComputeDomainDriver
+from tests.k8s.lws import LWS_GROUP
+from tests.racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
 
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from gpu_nodes import make_gpu_node
-from k8s.cluster import ControlPlane
+from tests.gpu_nodes import make_gpu_node
+from tests.k8s.cluster import ControlPlane
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -1,1 +1,1 @@
-"""A real local Kubernetes control plane for the tests (see :mod:`k8s.cluster`)."""
+"""A real local Kubernetes control plane for the tests (see :mod:`tests.k8s.cluster`)."""

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpu_nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+from tests.gpu_nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from k8s.cluster import ControlPlane, wait_for
+from tests.k8s.cluster import ControlPlane, wait_for
 
 CD_GROUP = "resource.nvidia.com"
 CD_VERSION = "v1beta1"

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from k8s.cluster import (
+from tests.k8s.cluster import (
     COMPONENT_READY_TIMEOUT,
     Component,
     ControlPlane,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from k8s.cluster import ControlPlane, free_port, wait_for
+from tests.k8s.cluster import ControlPlane, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILES = [

@@ -11,7 +11,7 @@ from typing import Any
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
-from gpu_nodes import agent_labels, make_gpu_node
+from tests.gpu_nodes import agent_labels, make_gpu_node
 
 
 def spec(**overrides: Any) -> DeepSeekServingSpec:

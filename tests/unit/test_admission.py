@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from deepseek_operator.api.load import parse_serving
 from deepseek_operator.errors import SpecError
-from hostile_specs import SEED, hostile
+from tests.hostile_specs import SEED, hostile
 
 
 def seed(**spec: Any) -> dict[str, Any]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from tests.unit.factories import gb200_pool, spec
 
 from deepseek_operator.catalog.capacity import GIB, MIB
 from deepseek_operator.engine import capacity as C
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.model_facts import model_facts
+from tests.unit.factories import gb200_pool, spec
 
 GB200 = C.GpuType("NVIDIA-GB200", 189471 * MIB, "test")
 H200 = C.GpuType("NVIDIA-H200", 143771 * MIB, "test")

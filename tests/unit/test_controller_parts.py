@@ -13,7 +13,6 @@ from typing import Any
 
 import kopf
 import pytest
-from tests.unit.factories import agent_labels, node
 
 from deepseek_operator.controller.handlers import NoDiffBase, keep_out_of_gc
 from deepseek_operator.controller.kube import (
@@ -25,6 +24,7 @@ from deepseek_operator.controller.kube import (
 )
 from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
 from deepseek_operator.nodes.facts import node_facts
+from tests.unit.factories import agent_labels, node
 
 LWS_DISCOVERY = {
     "kind": "APIResourceList",

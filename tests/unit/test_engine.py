@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 import pytest
-from tests.unit.factories import agent_labels, gb200_pool, inventory, node, spec
 
 from deepseek_operator.api.backends import MOE_BACKENDS
 from deepseek_operator.engine.checks import CheckCategory
@@ -14,7 +13,8 @@ from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.layout import sequence_parallel
 from deepseek_operator.engine.release import image_tag_release
 from deepseek_operator.engine.stability import PreviousDecision
-from racks import RACK_A, RACK_B, make_gb200_tray
+from tests.racks import RACK_A, RACK_B, make_gb200_tray
+from tests.unit.factories import agent_labels, gb200_pool, inventory, node, spec
 
 # --- auto becomes deep_gemm_mega_moe only when every rule holds --------------------------------
 

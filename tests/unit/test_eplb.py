@@ -7,7 +7,6 @@ import re
 from typing import Any
 
 import pytest
-from tests.unit.factories import gb200_pool, spec
 
 from deepseek_operator.api.eplb import (
     DOTTED_FORM,
@@ -19,6 +18,7 @@ from deepseek_operator.api.eplb import (
 from deepseek_operator.api.load import SpecError
 from deepseek_operator.catalog.vllm import supported_releases, vllm_release
 from deepseek_operator.engine.decision import resolve
+from tests.unit.factories import gb200_pool, spec
 
 
 @pytest.mark.parametrize(

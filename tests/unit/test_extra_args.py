@@ -4,13 +4,13 @@ per-release check with the nearest name."""
 from __future__ import annotations
 
 import pytest
-from tests.unit.factories import gb200_pool, spec
 
 from deepseek_operator.api import extra_args
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.catalog.vllm import vllm_release
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.errors import SpecError
+from tests.unit.factories import gb200_pool, spec
 
 ONLY_NEWER = sorted(
     set(vllm_release("0.33.0").serve_options) - set(vllm_release("0.30.0").serve_options)

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.unit.factories import agent_labels, node
 
 from deepseek_operator.controller.handlers import OperatorState
 from deepseek_operator.controller.node_watch import facts_of
 from deepseek_operator.nodes.facts import NodeFacts
+from tests.unit.factories import agent_labels, node
 
 POOLS = 5
 SERVINGS = 20  # DeepSeekServings, selecting pool i % POOLS

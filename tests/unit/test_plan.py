@@ -8,7 +8,6 @@ import pathlib
 from typing import Any
 
 import yaml
-from tests.unit.factories import agent_labels, gb200_pool, inventory, node
 
 from deepseek_operator.api.load import parse_serving
 from deepseek_operator.cli import main
@@ -16,6 +15,7 @@ from deepseek_operator.commands.render import load_nodes_file
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
 from deepseek_operator.render.status import status_dict
+from tests.unit.factories import agent_labels, gb200_pool, inventory, node
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((ROOT / "examples/dsv41-flash-gb200.yaml").read_text())

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.test_rack_scale import _obj, _racks
-
 from deepseek_operator import names
 from deepseek_operator.controller.pod_watch import POD_SELECTOR, PodGroups, pod_record
 from deepseek_operator.plan import Observed, PodSeen, plan
 from deepseek_operator.render.status import status_dict
-from racks import RACK_A, RACK_B
+from tests.racks import RACK_A, RACK_B
+from tests.unit.test_rack_scale import _obj, _racks
 
 
 def _pod(name: str, group: int, worker: int, node: str = "", ready: bool = False) -> dict[str, Any]:

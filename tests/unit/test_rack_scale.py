@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.factories import inventory, node
-
 from deepseek_operator import names
 from deepseek_operator.api.load import ServingObject, parse_spec
 from deepseek_operator.engine.cluster_apis import ClusterApis, ComputeDomainMode
@@ -15,7 +13,8 @@ from deepseek_operator.plan import Observed, plan
 from deepseek_operator.render.affinity import affinity_terms, node_matches
 from deepseek_operator.render.status import build_status, status_dict
 from deepseek_operator.render.workload import render_objects
-from racks import RACK_A, RACK_B, make_gb200_tray
+from tests.racks import RACK_A, RACK_B, make_gb200_tray
+from tests.unit.factories import inventory, node
 
 # DEP8 over two GB200 trays: 4 DP ranks (one GPU each) per tray, as llm-d's wide-EP guide.
 DEP8 = {"tensorParallelSize": 1, "dataParallelSize": 8, "dataParallelSizeLocal": 4}

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from hack.api_reference import BEGIN, END, PAGE, reference
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 # Every page a user reads: the landing page and the docs/ tree.
@@ -18,9 +20,6 @@ PAGES = {"README.md": README} | {
     str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))
 }
 DOCS = "\n".join(PAGES.values())
-sys.path.insert(0, str(ROOT / "hack"))
-
-from api_reference import BEGIN, END, PAGE, reference  # noqa: E402
 
 EXAMPLES = list(
     dict.fromkeys(

@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
-from tests.unit.factories import agent_labels, gb200_pool, node
-from tests.unit.factories import inventory as make_inventory
 
 from deepseek_operator.controller.kube import (
     ForeignObject,
@@ -24,6 +22,8 @@ from deepseek_operator.controller.kube import (
     describe_owner,
 )
 from deepseek_operator.controller.reconcile import Reconciler
+from tests.unit.factories import agent_labels, gb200_pool, node
+from tests.unit.factories import inventory as make_inventory
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import jsonschema
-from tests.unit.factories import gb200_pool, inventory, node, spec
 
 from deepseek_operator.api.crd import build_crd
 from deepseek_operator.api.load import ServingObject
@@ -11,6 +10,7 @@ from deepseek_operator.engine.decision import resolve
 from deepseek_operator.render.argv import vllm_args
 from deepseek_operator.render.status import build_status, status_dict, with_workload_applied
 from deepseek_operator.render.workload import render_objects
+from tests.unit.factories import gb200_pool, inventory, node, spec
 
 SEED_ENGINE = {
     "maxModelLen": 1048576,

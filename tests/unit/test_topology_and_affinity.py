@@ -7,12 +7,12 @@ import pathlib
 
 import pytest
 import yaml
-from tests.unit.factories import agent_labels, node
 
 from deepseek_operator.engine.placement import NodeRequirement, Requirement
 from deepseek_operator.nodes.facts import build_inventory, node_facts
 from deepseek_operator.nodes.precedence import SOURCE_AGENT, SOURCE_GFD, SOURCE_PRODUCT
 from deepseek_operator.render.affinity import affinity_terms, node_matches
+from tests.unit.factories import agent_labels, node
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
