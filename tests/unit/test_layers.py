@@ -1,9 +1,10 @@
 """The layer contract: imports run one way (docs/design.md), checked by walking every import.
 
-catalog → api → nodes → engine → render → plan → controller / commands, with the agent beside
-the controller; ``names`` and ``errors`` sit below everything and import nothing of ours. A
-module may import its own package and any lower layer, never a higher one nor a sibling at its
-own rank (the controller and the agent never import each other). Imports inside functions count.
+catalog → api → nodes → engine → render → plan → actions → controller / commands, with the
+agent beside the controller; ``names`` and ``errors`` sit below everything and import nothing of
+ours. A module may import its own package and any lower layer, never a higher one nor a sibling
+at its own rank (the controller and the agent never import each other). Imports inside functions
+count.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ RANKS: dict[str, int] = {
     "engine": 4,
     "render": 5,
     "plan": 6,
-    "controller": 7,
-    "agent": 7,
-    "commands": 8,
-    "cli": 9,
+    "actions": 7,
+    "controller": 8,
+    "agent": 8,
+    "commands": 9,
+    "cli": 10,
 }
 
 

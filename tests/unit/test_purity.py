@@ -14,6 +14,7 @@ PURE_MODULES = [
     "names.py",
     "errors.py",
     "plan.py",
+    "actions.py",
     "agent/gpu_topology.py",
     "agent/topo_smi.py",
     "agent/labels.py",

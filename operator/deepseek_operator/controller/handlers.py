@@ -37,6 +37,7 @@ from typing import Any
 
 import kopf
 
+from deepseek_operator.actions import BACKOFF_TRIGGER, CHILD_DEBOUNCE_S, RECHECK_TRIGGER, follow_ups
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import KubeClient, group_version_prefix
 from deepseek_operator.controller.list_watch import ListWatch
@@ -44,7 +45,7 @@ from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.node_watch import node_watch
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_watch
-from deepseek_operator.controller.reconcile import BACKOFF_TRIGGER, Outcome, Reconciler
+from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
@@ -66,7 +67,6 @@ from deepseek_operator.plan import ChildKey
 log = logging.getLogger("deepseek_operator.controller")
 
 NODE_DEBOUNCE_S = 1.0
-CHILD_DEBOUNCE_S = 0.2
 POD_DEBOUNCE_S = 1.0
 API_RECHECK_S = 30.0
 LWS_GROUP, LWS_VERSION = LWS_API_VERSION.split("/")
@@ -87,7 +87,7 @@ KOPF_DIFFBASE_ANNOTATION = f"{KOPF_ANNOTATION_PREFIX}/last-handled-configuration
 RESUME_CONCURRENCY = 4
 # Triggers that only follow up on an earlier reconcile: a watch event folded into a pending
 # follow-up names the reconcile instead (metrics and logs say why it ran).
-FOLLOW_UPS = frozenset({"recheck", BACKOFF_TRIGGER, "retry"})
+FOLLOW_UPS = frozenset({RECHECK_TRIGGER, BACKOFF_TRIGGER, "retry"})
 
 ServingKey = tuple[str, str]  # (namespace, name)
 
@@ -636,12 +636,12 @@ class OperatorState:
             return
         if outcome is None:
             return
-        if outcome.retry_after is not None:
-            self.schedule(key, outcome.retry_after, trigger=BACKOFF_TRIGGER)
-        elif outcome.recheck_after is not None:
-            self.schedule(key, outcome.recheck_after, trigger="recheck")
-        if outcome.children_changed_meanwhile:
-            self.schedule(key, CHILD_DEBOUNCE_S, trigger="child")
+        for follow_up in follow_ups(
+            retry_after=outcome.retry_after,
+            recheck_after=outcome.recheck_after,
+            changed_meanwhile=outcome.children_changed_meanwhile,
+        ):
+            self.schedule(key, follow_up.delay, trigger=follow_up.trigger)
 
     def forget(self, key: ServingKey, uid: str) -> None:
         """``key`` was deleted: cancel its pending reconcile and drop what we know about it."""

@@ -19,10 +19,11 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from deepseek_operator.actions import controlled_by, describe_owner, foreign_message
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
 from deepseek_operator.errors import DeepSeekOperatorError
@@ -62,11 +63,7 @@ class ForeignObject(DeepSeekOperatorError):
         self.kind = kind
         self.name = name
         self.owner = owner  # "LeaderWorkerSet/x", "DeepSeekServing/x (uid ...)" or "no owner"
-        whose = "has no owner" if owner == "no owner" else f"belongs to {owner}"
-        self.message = (
-            f"{kind}/{name} already exists and {whose}: it is not this DeepSeekServing's, "
-            "and the operator does not write over it (delete or rename that object)"
-        )
+        self.message = foreign_message(kind, name, owner)
         super().__init__(self.message)
 
 
@@ -114,29 +111,6 @@ def encode_body(body: Any) -> bytes:
     if _YAML_REFUSED.search(text) is not None:
         text = _YAML_REFUSED.sub(_escape, text)
     return text.encode("utf-8")
-
-
-def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The owner reference with ``controller: true`` of ``body`` (None: it has none)."""
-    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return ref
-    return None
-
-
-def controlled_by(body: Mapping[str, Any], uid: str) -> bool:
-    """Whether ``body``'s controller is the object ``uid`` (the only children we write)."""
-    ref = controller_of(body)
-    return ref is not None and bool(uid) and ref.get("uid") == uid
-
-
-def describe_owner(body: Mapping[str, Any]) -> str:
-    """``body``'s controller as a user names it: ``LeaderWorkerSet/x``, or ``no owner``."""
-    ref = controller_of(body)
-    if ref is None:
-        return "no owner"
-    who = f"{ref.get('kind')}/{ref.get('name')}"
-    return f"{who} (uid {ref.get('uid')})" if ref.get("kind") == KIND else who
 
 
 @dataclass(frozen=True)

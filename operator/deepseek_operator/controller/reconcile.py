@@ -13,53 +13,45 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepseek_operator.actions import (
+    BACKOFF_FIRST_S,
+    BACKOFF_TRIGGER,
+    Action,
+    Apply,
+    CheckOwner,
+    Decided,
+    Delete,
+    PatchStatus,
+    PostEvent,
+    after_write_actions,
+    backoff_delay,
+    decision_actions,
+    invalid_spec_actions,
+    next_failures,
+    split_children,
+    write_actions,
+)
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import (
-    ForeignObject,
-    KubeClient,
-    OwnerGone,
-    controlled_by,
-    describe_owner,
-    refusal,
-)
+from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
-from deepseek_operator.names import (
-    EVENT_BACKEND_RESOLVED,
-    EVENT_BACKEND_UNRUNNABLE,
-    EVENT_FOREIGN_OBJECT,
-    EVENT_INVALID_SPEC,
-    EVENT_WORKLOAD_REFUSED,
-    LWS_KIND,
-    WORKLOAD_APPLIED,
-)
+from deepseek_operator.names import LWS_KIND
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.plan import (
-    ChildKey,
-    GroupPods,
-    Observed,
-    invalid_spec_plan_status,
-    plan,
-)
-from deepseek_operator.render.status import with_workload_applied
+from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
+
+__all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
 
 log = logging.getLogger("deepseek_operator.controller")
 
-# Retries after the API server refused a child: 10 s, 20 s, 40 s ... capped at 5 minutes.
-BACKOFF_FIRST_S = 10.0
-BACKOFF_MAX_S = 300.0
-BACKOFF_TRIGGER = "backoff"
-"""The trigger of a reconcile run as the back-off's next step (only those lengthen the wait)."""
 # uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
 GONE_MEMORY = 10_000
 
@@ -84,19 +76,6 @@ class Outcome:
     children_changed_meanwhile: bool = False
 
 
-def contains(live: Any, desired: Any) -> bool:
-    """Whether ``live`` holds every field of ``desired`` with the same value (defaults aside)."""
-    if isinstance(desired, dict):
-        if not isinstance(live, Mapping):
-            return False
-        return all(k in live and contains(live[k], v) for k, v in desired.items())
-    if isinstance(desired, list):
-        if not isinstance(live, list) or len(live) != len(desired):
-            return False
-        return all(contains(a, b) for a, b in zip(live, desired, strict=True))
-    return bool(live == desired)
-
-
 def _rv(obj: Mapping[str, Any]) -> int:
     """resourceVersion as an int (etcd revisions are integers; 0 when absent or opaque)."""
     try:
@@ -107,21 +86,6 @@ def _rv(obj: Mapping[str, Any]) -> int:
 
 def _uid(body: Mapping[str, Any]) -> str:
     return str((body.get("metadata") or {}).get("uid") or "")
-
-
-def _condition_status(status: Mapping[str, Any], ctype: str) -> str | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == ctype:
-            return str(cond.get("status"))
-    return None
-
-
-def _said(status: Mapping[str, Any], ctype: str) -> tuple[Any, ...] | None:
-    """What condition ``ctype`` says (status, reason, message), its times aside."""
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == ctype:
-            return (cond.get("status"), cond.get("reason"), cond.get("message"))
-    return None
 
 
 def _now() -> str:
@@ -205,10 +169,10 @@ class Reconciler:
                 except SpecError as exc:
                     metrics.RECONCILES.labels(trigger, "invalid").inc()
                     observed = Observed.from_body(body, live)
-                    status = invalid_spec_plan_status(observed, exc.one_line(), _now())
-                    if status != body.get("status"):
-                        await self._write_status(key, uid, status)
-                        self._event(body, "Warning", EVENT_INVALID_SPEC, exc.one_line())
+                    actions = invalid_spec_actions(
+                        observed, exc.one_line(), _now(), body.get("status") or {}
+                    )
+                    await self._execute_invalid(key, uid, body, actions)
                     return Outcome(status_patched=True)
             except OwnerGone:
                 # Deleted (or replaced) while we worked: the work ends here, quietly.
@@ -222,14 +186,12 @@ class Reconciler:
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         blocked = bool(outcome.refused or outcome.foreign)
-        if blocked:
-            # The wait doubles per back-off step, not per watch event: the LeaderWorkerSet's
-            # status updates while its pods start would otherwise push it to minutes at once.
-            if trigger == BACKOFF_TRIGGER or key not in self._failures:
-                self._failures[key] = self._failures.get(key, 0) + 1
-            outcome.retry_after = self.retry_delay(key)
+        failures = next_failures(self._failures.get(key, 0), blocked=blocked, trigger=trigger)
+        if failures:
+            self._failures[key] = failures
         else:
             self._failures.pop(key, None)
+        outcome.retry_after = backoff_delay(failures)
         metrics.RECONCILES.labels(trigger, "refused" if blocked else "ok").inc()
         log.info(
             "Reconciled DeepSeekServing",
@@ -264,12 +226,6 @@ class Reconciler:
                 extra={"namespace": key[0], "name_": key[1], "uid": uid},
             )
         self.forget(key)
-
-    def retry_delay(self, key: tuple[str, str]) -> float | None:
-        """The backoff before the next try while ``key``'s children are refused or in the way
-        (the one place the formula lives)."""
-        failures = self._failures.get(key, 0)
-        return min(BACKOFF_FIRST_S * 2 ** (failures - 1), BACKOFF_MAX_S) if failures else None
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop what we remember about a deleted DeepSeekServing."""
@@ -358,111 +314,101 @@ class Reconciler:
         status_only: bool = False,
     ) -> Outcome:
         obj = self._parse(body)
-        # The watches select children by our labels; only those this object controls are its
-        # own (read, written, deleted). The rest (a copy of our labels, the children of a
-        # deleted object of the same name) are never adopted, written over or deleted.
-        strangers = {k: v for k, v in live.items() if not controlled_by(v, obj.uid)}
-        live = {k: v for k, v in live.items() if k not in strangers}
+        ours, strangers = split_children(live, obj.uid)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
-        leaderworkerset = live.get((LWS_KIND, obj.name))
+        leaderworkerset = ours.get((LWS_KIND, obj.name))
         if leaderworkerset is not None:  # ours: it and its StatefulSets report their refusals
             pod_refusals, recheck = await self.statefulset_refusals.read(
                 obj.namespace, statefulsets, leaderworkerset
             )
-        observed = Observed.from_body(body, live, pod_refusals, groups)
+        observed = Observed.from_body(body, ours, pod_refusals, groups)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
-        res = planned.resolution
-        outcome = Outcome(resolution=res, recheck_after=recheck)
-        desired = planned.objects
-        desired_keys = {(o["kind"], o["metadata"]["name"]) for o in desired}
-        # Writes are started only once the owner is known to live (no coroutine is left
-        # un-awaited when it is not).
-        writes: list[Callable[[], Awaitable[None]]] = []
-        for manifest in [] if status_only else desired:
-            key = (manifest["kind"], manifest["metadata"]["name"])
-            current = live.get(key)
-            if key in strangers:
-                owner = describe_owner(strangers[key])
-                outcome.foreign.append(ForeignObject(key[0], key[1], owner).message)
-            elif current is None or not contains(current, manifest):
-                writes.append(
-                    functools.partial(self._apply, obj, manifest, outcome, current is None)
-                )
-                outcome.applied.append(f"{key[0]}/{key[1]}")
-                if key == (LWS_KIND, obj.name):
-                    # Its controller may fail to create a StatefulSet for what we just wrote and
-                    # say so only in an Event, changing nothing we watch: look again.
-                    outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
-        for (kind, child), child_body in live.items():  # ours only (strangers stay)
-            if (kind, child) not in desired_keys and not status_only:
-                api_version = str(child_body.get("apiVersion") or "")
-                writes.append(
-                    functools.partial(self.kube.delete, api_version, kind, obj.namespace, child)
-                )
-                (self._applied.get((obj.namespace, obj.name)) or {}).pop((kind, child), None)
-                outcome.deleted.append(f"{kind}/{child}")
-
-        serving_key = (obj.namespace, obj.name)
-        old_status = observed.raw_status
+        outcome = Outcome(resolution=planned.resolution, recheck_after=recheck)
         status = planned.status_dict
-        if status != old_status:
-            # The decision is known before any child exists: publish it first, so users (and
-            # `kubectl get dss`) see BackendResolved without waiting for the workload writes.
-            # The uid precondition also proves the owner still lives.
-            await self._write_status(serving_key, obj.uid, status)
-            outcome.status_patched = True
-        elif writes:
-            # Index entries can outlive their object (a watch restarted across the deletion):
-            # never recreate children for an owner the API server no longer has.
-            await self.kube.check_owner(obj.namespace, obj.name, obj.uid)
-        await asyncio.gather(*(write() for write in writes))
-        # WorkloadApplied appears when a child is first refused or in the way (and flips to
-        # True once every child is written); the normal path costs no extra status write.
-        # A status-only reconcile wrote nothing, so it cannot tell: the condition stays.
-        blocked = bool(outcome.refused or outcome.foreign)
-        was_blocked = _condition_status(status, WORKLOAD_APPLIED) == "False"
-        if not status_only and (blocked or was_blocked):
-            updated = with_workload_applied(
-                status,
-                outcome.refused,
-                generation=obj.generation,
-                now=_now(),
-                foreign=outcome.foreign,
-            )
-            if updated != status:
-                await self._write_status(serving_key, obj.uid, updated)
-                outcome.status_patched = True
-            # Told once per new refusal, not per retry nor per other status change.
-            if _said(updated, WORKLOAD_APPLIED) != _said(status, WORKLOAD_APPLIED):
-                if outcome.foreign:
-                    self._event(body, "Warning", EVENT_FOREIGN_OBJECT, "; ".join(outcome.foreign))
-                if outcome.refused:
-                    self._event(
-                        body,
-                        "Warning",
-                        EVENT_WORKLOAD_REFUSED,
-                        "the API server refused " + "; ".join(outcome.refused),
-                    )
-        old = observed.status
-        old_decision = (
-            old.resolved.moe_backend if old and old.resolved else None,
-            old.decision.reason if old and old.decision else None,
+        writes = write_actions(
+            planned.objects,
+            ours,
+            strangers,
+            status,
+            observed.raw_status,
+            owner_name=obj.name,
+            status_only=status_only,
         )
-        if old_decision != (res.moe_backend, res.reason):
-            metrics.DECISIONS.labels(res.moe_backend, res.reason).inc()
-            verb = "Decided" if old_decision == (None, None) else "Changed decision"
-            self._event(
-                body,
-                "Normal" if res.backend_runnable else "Warning",
-                EVENT_BACKEND_RESOLVED if res.backend_runnable else EVENT_BACKEND_UNRUNNABLE,
-                f"{verb}: --moe-backend {res.moe_backend} ({res.reason}); sequence parallel "
-                f"{'on' if res.sequence_parallel else 'off'}; {res.message}",
-            )
+        outcome.foreign.extend(writes.foreign)
+        if writes.lws_written:
+            # Its controller may fail to create a StatefulSet for what we just wrote and say so
+            # only in an Event, changing nothing we watch: look again.
+            outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
+        await self._execute(obj, body, writes.actions, outcome)
+        then = after_write_actions(
+            status,
+            outcome.refused,
+            outcome.foreign,
+            generation=obj.generation,
+            now=_now(),
+            status_only=status_only,
+        )
+        await self._execute(
+            obj, body, then + decision_actions(observed, planned.resolution), outcome
+        )
         return outcome
+
+    async def _execute_invalid(
+        self, key: tuple[str, str], uid: str, body: Mapping[str, Any], actions: list[Action]
+    ) -> None:
+        """The actions of an invalid spec (its status and Event; no child is touched)."""
+        for action in actions:
+            if isinstance(action, PatchStatus):
+                await self._write_status(key, uid, dict(action.status))
+            elif isinstance(action, PostEvent):
+                self._event(body, action.type, action.reason, action.message)
+
+    async def _execute(
+        self,
+        obj: ServingObject,
+        body: Mapping[str, Any],
+        actions: Iterable[Action],
+        outcome: Outcome,
+    ) -> None:
+        """Run ``actions`` in order; a run of child writes goes out at once (concurrently).
+
+        Writes are started only once the owner is known to live (a status patch's uid
+        precondition or :class:`CheckOwner` comes first), so no coroutine is left un-awaited
+        when it is not."""
+        key = (obj.namespace, obj.name)
+        batch: list[Awaitable[None]] = []
+        for action in [*actions, None]:
+            if isinstance(action, Apply | Delete):
+                batch.append(self._write(obj, action, outcome))
+                continue
+            if batch:
+                await asyncio.gather(*batch)
+                batch = []
+            if isinstance(action, PatchStatus):
+                await self._write_status(key, obj.uid, dict(action.status))
+                outcome.status_patched = True
+            elif isinstance(action, CheckOwner):
+                await self.kube.check_owner(obj.namespace, obj.name, obj.uid)
+            elif isinstance(action, PostEvent):
+                self._event(body, action.type, action.reason, action.message)
+            elif isinstance(action, Decided):
+                metrics.DECISIONS.labels(action.moe_backend, action.reason).inc()
+
+    def _write(
+        self, obj: ServingObject, action: Apply | Delete, outcome: Outcome
+    ) -> Awaitable[None]:
+        """The coroutine of one child write (recorded in ``outcome`` as it is planned)."""
+        if isinstance(action, Apply):
+            kind, name = action.child
+            outcome.applied.append(f"{kind}/{name}")
+            return self._apply(obj, dict(action.manifest), outcome, action.unseen)
+        (self._applied.get((obj.namespace, obj.name)) or {}).pop((action.kind, action.name), None)
+        outcome.deleted.append(f"{action.kind}/{action.name}")
+        return self.kube.delete(action.api_version, action.kind, obj.namespace, action.name)
 
     def _parse(self, body: Mapping[str, Any]) -> ServingObject:
         """``parse_serving(body)``, remembered for the object's uid and generation."""
