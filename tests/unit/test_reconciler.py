@@ -23,7 +23,7 @@ from deepseek_operator.controller.kube import (
     controlled_by,
     describe_owner,
 )
-from deepseek_operator.controller.reconcile import Reconciler
+from deepseek_operator.controller.reconcile import Reconciler, _freshest
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
 
@@ -127,12 +127,14 @@ def test_the_written_status_is_kept_only_until_the_watch_delivers_it() -> None:
     rec = Reconciler(kube)  # type: ignore[arg-type]
     a = _body("a")
     _run(rec, a, gb200_pool())
-    written_rv, status = rec._written[("llm", "a")]
+    written = rec.records.ensure(("llm", "a")).written
+    assert written is not None
+    written_rv, status = written
     rec.serving_observed(("llm", "a"), a)  # an older version: our status still counts
-    assert rec._freshest(("llm", "a"), a)["status"] == status
+    assert _freshest(rec.records.ensure(("llm", "a")), a)["status"] == status
     echo = {**a, "metadata": {**a["metadata"], "resourceVersion": str(written_rv)}}
     rec.serving_observed(("llm", "a"), {**echo, "status": status})
-    assert ("llm", "a") not in rec._written
+    assert rec.records.ensure(("llm", "a")).written is None
     kube.calls.clear()
     _run(rec, {**echo, "status": status}, gb200_pool())  # the delivered body is read as it is
     assert [c for c in kube.calls if c[0] == "status"] == []
@@ -156,7 +158,7 @@ def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
     kube = FakeKube()
     rec = Reconciler(kube)  # type: ignore[arg-type]
     _run(rec, _body("a"), gb200_pool())
-    written = rec._applied[("llm", "a")][("Deployment", "a")]
+    written = rec.records.ensure(("llm", "a")).applied[("Deployment", "a")]
     echo = copy.deepcopy(written)
     later = copy.deepcopy(written)  # e.g. the Deployment controller's status update
     later["metadata"]["resourceVersion"] = str(int(written["metadata"]["resourceVersion"]) + 5)
@@ -164,11 +166,11 @@ def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
     assert rec.child_observed("llm", "a", "Service", "a-api", echo) is False  # another kind's
     assert rec.child_observed("llm", "a", "Deployment", "a", echo)
     # The store now holds our version: the apply response is dropped, nothing more is ours.
-    assert ("Deployment", "a") not in rec._applied.get(("llm", "a"), {})
+    assert ("Deployment", "a") not in rec.records.ensure(("llm", "a")).applied
     assert not rec.child_observed("llm", "a", "Deployment", "a", later)
     _run(rec, _body("a"), gb200_pool())
     rec.child_deleted("llm", "Service", "a-api", "a")
-    assert ("Service", "a-api") not in rec._applied.get(("llm", "a"), {})
+    assert ("Service", "a-api") not in rec.records.ensure(("llm", "a")).applied
 
 
 def test_a_stale_child_of_the_same_serving_is_deleted() -> None:
@@ -487,4 +489,4 @@ def test_a_watch_event_before_the_apply_returns_is_an_echo_unless_someone_wrote_
     # No early event asks for a reconcile by itself; the apply's end decides.
     assert kube.echoes == [True, True]
     assert outcome.children_changed_meanwhile is changed
-    assert rec._in_flight == {}
+    assert all(not r.in_flight for _k, r in rec.records.items())

@@ -46,6 +46,7 @@ from deepseek_operator.controller.node_watch import node_watch
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_watch
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
+from deepseek_operator.controller.records import Records
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
@@ -99,21 +100,15 @@ def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) 
 class Stores:
     """What the operator knows of DeepSeekServings and their children, kept from watch events.
 
-    ``servings``: (namespace, name) → the latest body (kopf's events of DeepSeekServings).
     ``children``: (namespace, owner) → (kind, name) → the live body (the child watches).
     """
 
     def __init__(self) -> None:
-        self.servings: dict[ServingKey, dict[str, Any]] = {}
         self.children: dict[ServingKey, dict[ChildKey, dict[str, Any]]] = {}
         # (namespace, LeaderWorkerSet name) → namespace/name → a StatefulSet it made (reduced)
         self.statefulsets: dict[ServingKey, dict[str, dict[str, Any]]] = {}
         # (kind, namespace/name) → its owner, to move or drop an entry whatever its labels say now
         self._owner_of: dict[tuple[str, str], ServingKey] = {}
-
-    def body(self, key: ServingKey) -> Mapping[str, Any] | None:
-        """The latest body of a DeepSeekServing (None once deleted)."""
-        return self.servings.get(key)
 
     def lws_statefulsets(self, key: ServingKey) -> list[dict[str, Any]]:
         """The StatefulSets of the LeaderWorkerSet named like ``key`` (read, never written)."""
@@ -331,8 +326,13 @@ class OperatorState:
         watches = 1 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
         self.kube = KubeClient(extra_connections=watches)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
+        self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
         self.reconciler = Reconciler(
-            self.kube, post_event=_post_event, apis_of=self.apis.current, apis_fresh=self.apis.fresh
+            self.kube,
+            post_event=_post_event,
+            apis_of=self.apis.current,
+            apis_fresh=self.apis.fresh,
+            records=self.records,
         )
         self.nodes = NodeTracker()
         self.stores = Stores()
@@ -343,9 +343,6 @@ class OperatorState:
         self.child_watches: list[tuple[ChildKind, ListWatch[dict[str, Any]]]] = []
         self.pending: dict[ServingKey, PendingReconcile] = {}
         self.full_wanted: set[ServingKey] = set()  # a pending reconcile may write children
-        # (uid, generation) of each DeepSeekServing last reconciled for a spec: an event with
-        # the same pair (a status echo, a label edit) needs no reconcile.
-        self.handled: dict[ServingKey, tuple[str, int]] = {}
         self.pods = PodGroups()
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
@@ -357,6 +354,11 @@ class OperatorState:
 
     def __copy__(self) -> OperatorState:
         return self
+
+    def body(self, key: ServingKey) -> Mapping[str, Any] | None:
+        """The latest body of a DeepSeekServing (None once deleted)."""
+        rec = self.records.get(key)
+        return rec.body if rec is not None else None
 
     def start_watches(self) -> None:
         """Start listing and watching Nodes and our children (from the running event loop)."""
@@ -450,7 +452,7 @@ class OperatorState:
     def pods_changed(self, owners: set[ServingKey]) -> None:
         """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
         for owner in owners:
-            if self.stores.body(owner) is not None:
+            if self.body(owner) is not None:
                 self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)
 
     def nodes_seen(self, listed: dict[str, NodeFacts]) -> None:
@@ -475,7 +477,7 @@ class OperatorState:
         """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""
         if not changes:
             return
-        for key, serving in list(self.stores.servings.items()):
+        for key, serving in self.records.bodies():
             if self.reconciler.is_gone(serving):
                 continue
             selector = (serving.get("spec") or {}).get("nodeSelector") or {}
@@ -525,7 +527,7 @@ class OperatorState:
             self._owner_changed(lws)
 
     def _owner_changed(self, key: ServingKey) -> None:
-        body = self.stores.body(key)
+        body = self.body(key)
         # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
         if body is not None and not self.reconciler.is_gone(body):
             self.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
@@ -544,21 +546,20 @@ class OperatorState:
         key = (str(meta.get("namespace")), str(meta.get("name")))
         uid = str(meta.get("uid") or "")
         if type_ == "DELETED":
-            self.stores.servings.pop(key, None)
-            self.handled.pop(key, None)
             self.forget(key, uid)
             return None
         if self.reconciler.is_gone(body):
             return None  # a late event of an object already deleted
-        self.stores.servings[key] = _kept(body)
+        rec = self.records.ensure(key)
+        rec.body = _kept(body)
         self.reconciler.serving_observed(key, body)
         if meta.get("deletionTimestamp"):
             return None  # finalizers of others hold it; nothing of ours to do
         seen = (uid, int(meta.get("generation") or 0))
-        before = self.handled.get(key)
+        before = rec.handled
         if before == seen:
             return None
-        self.handled[key] = seen
+        rec.handled = seen
         if type_ is None:
             return "resume"
         return "update" if before is not None and before[0] == uid else "create"
@@ -572,7 +573,7 @@ class OperatorState:
         stores = self.stores
         return await self.reconciler.reconcile(
             key,
-            lambda: stores.body(key),
+            lambda: self.body(key),
             self.nodes.inventory,
             lambda: stores.live_children(key),
             trigger,
@@ -621,7 +622,9 @@ class OperatorState:
         if not self.peering.active():
             # A standby: kopf paused this instance, another one acts. Should this one take
             # over, the object's next event or listing must be reconciled, not taken as seen.
-            self.handled.pop(key, None)
+            rec = self.records.get(key)
+            if rec is not None:
+                rec.handled = None
             return
         try:
             outcome = await self.reconcile(key, trigger=trigger, status_only=status_only)
@@ -755,5 +758,5 @@ async def addon_crd_changed(
         memo.crd_installed(name)
     if type is None:  # the initial listing: resume reconciles every DeepSeekServing anyway
         return
-    for key in list(memo.stores.servings):
+    for key, _body in memo.records.bodies():
         memo.schedule(key, delay=NODE_DEBOUNCE_S, trigger="crd")

@@ -41,6 +41,7 @@ from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
+from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
@@ -101,6 +102,7 @@ class Reconciler:
         post_event: Any = None,
         apis_of: Callable[[], ClusterApis] | None = None,
         apis_fresh: Callable[[], ClusterApis | None] | None = None,
+        records: Records | None = None,
     ) -> None:
         self.kube = kube
         self.post_event = post_event  # callable(body, type, reason, message) or None
@@ -108,26 +110,11 @@ class Reconciler:
         # The same answer without blocking, or None when discovery must be asked (a thread hop
         # costs milliseconds before the status write under load; discovery is asked rarely).
         self.apis_fresh = apis_fresh
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        # The last status we wrote (with its resourceVersion) and the last apply responses, so a
-        # reconcile that runs before the watch delivers our own writes does not redo them.
-        self._written: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
-        # (namespace, owner) -> (kind, name) -> our last apply response, until the child watch
-        # delivers that version (per owner, so a reconcile reads only its own children).
-        self._applied: dict[tuple[str, str], dict[ChildKey, Mapping[str, Any]]] = {}
-        # (namespace, owner) -> (kind, name) -> the newest resourceVersion the child watch
-        # delivered while our apply of that child was on its way (0: none yet). The watch can
-        # deliver our own write before its response returns; that echo needs no reconcile.
-        self._in_flight: dict[tuple[str, str], dict[ChildKey, int]] = {}
-        # The parsed object per (uid, generation): the spec cannot change without a new
-        # generation, and parsing (schema, CEL rules, pydantic) is half a reconcile's CPU.
-        self._parsed: dict[tuple[str, str], tuple[str, int, ServingObject]] = {}
-        self._gone: dict[str, None] = {}  # uids, oldest first
-        self._failures: dict[tuple[str, str], int] = {}  # consecutive refused reconciles
+        # Per object: its lock, read-your-writes caches, parsed spec and back-off count (one
+        # record each, shared with the operator's state when it passes its own).
+        self.records = records if records is not None else Records()
+        self._gone: dict[str, None] = {}  # uids of deleted objects, oldest first (bounded)
         self.statefulset_refusals = StatefulSetRefusals(kube)
-
-    def _lock(self, namespace: str, name: str) -> asyncio.Lock:
-        return self._locks.setdefault((namespace, name), asyncio.Lock())
 
     async def reconcile(
         self,
@@ -151,20 +138,21 @@ class Reconciler:
         """
         namespace, name = key
         started = time.perf_counter()
-        async with self._lock(namespace, name):
+        rec = self.records.ensure(key)
+        async with rec.lock:
             body = body_of()
             if body is None or self.is_gone(body):  # deleted meanwhile
                 self.forget(key)
                 return None
-            body = self._freshest(key, body)
+            body = _freshest(rec, body)
             uid = _uid(body)
-            live = self._merge_applied(key, live_of())
+            live = _merge_applied(rec, live_of())
             try:
                 try:
                     statefulsets = list(statefulsets_of()) if statefulsets_of else []
                     groups = groups_of() if groups_of is not None else {}
                     outcome = await self._reconcile(
-                        body, nodes_of(), live, statefulsets, groups, status_only
+                        rec, body, nodes_of(), live, statefulsets, groups, status_only
                     )
                 except SpecError as exc:
                     metrics.RECONCILES.labels(trigger, "invalid").inc()
@@ -172,7 +160,7 @@ class Reconciler:
                     actions = invalid_spec_actions(
                         observed, exc.one_line(), _now(), body.get("status") or {}
                     )
-                    await self._execute_invalid(key, uid, body, actions)
+                    await self._execute_invalid(rec, key, uid, body, actions)
                     return Outcome(status_patched=True)
             except OwnerGone:
                 # Deleted (or replaced) while we worked: the work ends here, quietly.
@@ -186,12 +174,8 @@ class Reconciler:
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         blocked = bool(outcome.refused or outcome.foreign)
-        failures = next_failures(self._failures.get(key, 0), blocked=blocked, trigger=trigger)
-        if failures:
-            self._failures[key] = failures
-        else:
-            self._failures.pop(key, None)
-        outcome.retry_after = backoff_delay(failures)
+        rec.failures = next_failures(rec.failures, blocked=blocked, trigger=trigger)
+        outcome.retry_after = backoff_delay(rec.failures)
         metrics.RECONCILES.labels(trigger, "refused" if blocked else "ok").inc()
         log.info(
             "Reconciled DeepSeekServing",
@@ -225,47 +209,24 @@ class Reconciler:
                 "DeepSeekServing is gone; its work ends",
                 extra={"namespace": key[0], "name_": key[1], "uid": uid},
             )
-        self.forget(key)
+        self.forget(key, uid)
 
-    def forget(self, key: tuple[str, str]) -> None:
-        """Drop what we remember about a deleted DeepSeekServing."""
-        self._written.pop(key, None)
-        self._failures.pop(key, None)
-        self._locks.pop(key, None)
-        self._parsed.pop(key, None)
-        self._applied.pop(key, None)
-        self._in_flight.pop(key, None)
-
-    def _freshest(self, key: tuple[str, str], body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """``body`` with the status we last wrote, if the watch has not delivered it yet."""
-        written = self._written.get(key)
-        if written is None:
-            return body
-        rv, status = written
-        if _rv(body) >= rv:
-            return body
-        return {**body, "status": status}
+    def forget(self, key: tuple[str, str], uid: str = "") -> None:
+        """Drop what we remember about a deleted DeepSeekServing (given ``uid``: unless the
+        record now holds a newer object of that name, whose body and handled pair stay)."""
+        rec = self.records.get(key)
+        body_uid = _uid(rec.body) if rec is not None and rec.body is not None else ""
+        if rec is None or not uid or not body_uid or body_uid == uid:
+            self.records.forget(key)
+        else:
+            self.records.replace(key, rec.reconciler_state_dropped())
 
     def serving_observed(self, key: tuple[str, str], body: Mapping[str, Any]) -> None:
         """The watch delivered ``body``: once it holds the status we last wrote, our copy of
         that status is not needed any more (1,000 objects would otherwise keep it twice)."""
-        written = self._written.get(key)
-        if written is not None and _rv(body) >= written[0]:
-            del self._written[key]
-
-    def _merge_applied(
-        self, key: tuple[str, str], live: Mapping[ChildKey, Mapping[str, Any]]
-    ) -> dict[ChildKey, Mapping[str, Any]]:
-        """This object's live children, newer apply responses winning over lagging index entries."""
-        merged = dict(live)
-        applied = self._applied.get(key) or {}
-        for child, obj in list(applied.items()):
-            current = merged.get(child)
-            if current is None or _rv(current) < _rv(obj):
-                merged[child] = obj
-            else:  # the watch caught up
-                del applied[child]
-        return merged
+        rec = self.records.get(key)
+        if rec is not None and rec.written is not None and _rv(body) >= rec.written[0]:
+            rec.written = None
 
     def child_observed(
         self, namespace: str, owner: str, kind: str, name: str, body: Mapping[str, Any]
@@ -278,34 +239,41 @@ class Reconciler:
         a newer resourceVersion. Once the watch has delivered our version, the store holds it
         and the apply response is dropped (1,000 objects would otherwise keep 2,000 bodies).
         """
-        flying = self._in_flight.get((namespace, owner))
-        if flying is not None and (kind, name) in flying:
+        rec = self.records.get((namespace, owner))
+        if rec is None:
+            return False
+        flying = rec.in_flight
+        if (kind, name) in flying:
             # Our apply of it has not returned yet: this is its echo or a change that overtook
             # it; the apply's end decides (see :meth:`_landed`).
             flying[(kind, name)] = max(flying[(kind, name)], _rv(body))
             return True
-        applied = self._applied.get((namespace, owner)) or {}
-        ours = applied.get((kind, name))
+        ours = rec.applied.get((kind, name))
         if ours is None or _rv(ours) == 0:
             return False
         if _rv(body) >= _rv(ours):
-            del applied[(kind, name)]
-            if not applied:
-                self._applied.pop((namespace, owner), None)
+            del rec.applied[(kind, name)]
         return _rv(ours) == _rv(body)
 
     def child_deleted(self, namespace: str, kind: str, name: str, owner: str | None = None) -> None:
         """A child is gone: never mistake our old apply response for it."""
-        owners = [(namespace, owner)] if owner else [k for k in self._applied if k[0] == namespace]
-        for key in owners:
-            (self._applied.get(key) or {}).pop((kind, name), None)
+        if owner:
+            rec = self.records.get((namespace, owner))
+            recs = [rec] if rec is not None else []
+        else:
+            recs = [r for k, r in self.records.items() if k[0] == namespace]
+        for rec in recs:
+            rec.applied.pop((kind, name), None)
 
-    async def _write_status(self, key: tuple[str, str], uid: str, status: dict[str, Any]) -> None:
+    async def _write_status(
+        self, rec: ServingRecord, key: tuple[str, str], uid: str, status: dict[str, Any]
+    ) -> None:
         response = await self.kube.patch_status(key[0], key[1], uid, status)
-        self._written[key] = (_rv(response or {}), status)
+        rec.written = (_rv(response or {}), status)
 
     async def _reconcile(
         self,
+        rec: ServingRecord,
         body: Mapping[str, Any],
         inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
@@ -313,7 +281,7 @@ class Reconciler:
         groups: Mapping[int, GroupPods] | None = None,
         status_only: bool = False,
     ) -> Outcome:
-        obj = self._parse(body)
+        obj = _parse(rec, body)
         ours, strangers = split_children(live, obj.uid)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
@@ -343,7 +311,7 @@ class Reconciler:
             # Its controller may fail to create a StatefulSet for what we just wrote and say so
             # only in an Event, changing nothing we watch: look again.
             outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
-        await self._execute(obj, body, writes.actions, outcome)
+        await self._execute(rec, obj, body, writes.actions, outcome)
         then = after_write_actions(
             status,
             outcome.refused,
@@ -353,22 +321,28 @@ class Reconciler:
             status_only=status_only,
         )
         await self._execute(
-            obj, body, then + decision_actions(observed, planned.resolution), outcome
+            rec, obj, body, then + decision_actions(observed, planned.resolution), outcome
         )
         return outcome
 
     async def _execute_invalid(
-        self, key: tuple[str, str], uid: str, body: Mapping[str, Any], actions: list[Action]
+        self,
+        rec: ServingRecord,
+        key: tuple[str, str],
+        uid: str,
+        body: Mapping[str, Any],
+        actions: list[Action],
     ) -> None:
         """The actions of an invalid spec (its status and Event; no child is touched)."""
         for action in actions:
             if isinstance(action, PatchStatus):
-                await self._write_status(key, uid, dict(action.status))
+                await self._write_status(rec, key, uid, dict(action.status))
             elif isinstance(action, PostEvent):
                 self._event(body, action.type, action.reason, action.message)
 
     async def _execute(
         self,
+        rec: ServingRecord,
         obj: ServingObject,
         body: Mapping[str, Any],
         actions: Iterable[Action],
@@ -383,13 +357,13 @@ class Reconciler:
         batch: list[Awaitable[None]] = []
         for action in [*actions, None]:
             if isinstance(action, Apply | Delete):
-                batch.append(self._write(obj, action, outcome))
+                batch.append(self._write(rec, obj, action, outcome))
                 continue
             if batch:
                 await asyncio.gather(*batch)
                 batch = []
             if isinstance(action, PatchStatus):
-                await self._write_status(key, obj.uid, dict(action.status))
+                await self._write_status(rec, key, obj.uid, dict(action.status))
                 outcome.status_patched = True
             elif isinstance(action, CheckOwner):
                 await self.kube.check_owner(obj.namespace, obj.name, obj.uid)
@@ -399,50 +373,29 @@ class Reconciler:
                 metrics.DECISIONS.labels(action.moe_backend, action.reason).inc()
 
     def _write(
-        self, obj: ServingObject, action: Apply | Delete, outcome: Outcome
+        self, rec: ServingRecord, obj: ServingObject, action: Apply | Delete, outcome: Outcome
     ) -> Awaitable[None]:
         """The coroutine of one child write (recorded in ``outcome`` as it is planned)."""
         if isinstance(action, Apply):
             kind, name = action.child
             outcome.applied.append(f"{kind}/{name}")
-            return self._apply(obj, dict(action.manifest), outcome, action.unseen)
-        (self._applied.get((obj.namespace, obj.name)) or {}).pop((action.kind, action.name), None)
+            return self._apply(rec, obj, dict(action.manifest), outcome, action.unseen)
+        rec.applied.pop((action.kind, action.name), None)
         outcome.deleted.append(f"{action.kind}/{action.name}")
         return self.kube.delete(action.api_version, action.kind, obj.namespace, action.name)
 
-    def _parse(self, body: Mapping[str, Any]) -> ServingObject:
-        """``parse_serving(body)``, remembered for the object's uid and generation."""
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
-        uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
-        cached = self._parsed.get(key)
-        if cached is not None and cached[:2] == (uid, generation):
-            return cached[2]
-        obj = parse_serving(dict(body))
-        self._parsed[key] = (uid, generation, obj)
-        return obj
-
-    def _landed(
-        self, owner: tuple[str, str], child: ChildKey, response: Any, outcome: Outcome
-    ) -> None:
-        """Our apply of ``child`` ended (``response`` None: it failed): a newer version the watch
-        delivered meanwhile (someone else's write) asks for another reconcile."""
-        flying = self._in_flight.get(owner) or {}
-        seen = flying.pop(child, 0)
-        if not flying:
-            self._in_flight.pop(owner, None)
-        written = _rv(response) if isinstance(response, Mapping) else 0
-        if seen > written:
-            outcome.children_changed_meanwhile = True
-
     async def _apply(
-        self, obj: ServingObject, manifest: dict[str, Any], outcome: Outcome, unseen: bool
+        self,
+        rec: ServingRecord,
+        obj: ServingObject,
+        manifest: dict[str, Any],
+        outcome: Outcome,
+        unseen: bool,
     ) -> None:
         """Write one child; ``unseen``: the watches show no object of its name, so the API
         server is asked first whether one of someone else's is there."""
-        owner = (obj.namespace, obj.name)
         child = (manifest["kind"], manifest["metadata"]["name"])
-        self._in_flight.setdefault(owner, {})[child] = 0
+        rec.in_flight[child] = 0
         response: Any = None
         try:
             if unseen:
@@ -450,11 +403,11 @@ class Reconciler:
             else:
                 response = await self.kube.apply(manifest)
         except ForeignObject as exc:
-            self._landed(owner, child, None, outcome)
+            _landed(rec, child, None, outcome)
             outcome.foreign.append(exc.message)
             return
         except Exception as exc:
-            self._landed(owner, child, None, outcome)
+            _landed(rec, child, None, outcome)
             refused = refusal(exc)
             if refused is None:  # an outage or a "try again" answer: run_reconcile retries
                 raise
@@ -462,14 +415,12 @@ class Reconciler:
                 f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"
             )
             return
-        self._landed(owner, child, response, outcome)
+        _landed(rec, child, response, outcome)
         metrics.APPLIES.labels(manifest["kind"]).inc()
         if isinstance(response, dict):
             # managedFields is as large as the object and never read: do not hold it.
             (response.get("metadata") or {}).pop("managedFields", None)
-            self._applied.setdefault((obj.namespace, obj.name), {})[
-                (manifest["kind"], manifest["metadata"]["name"])
-            ] = response
+            rec.applied[child] = response
 
     def _event(self, body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
         if self.post_event is not None:
@@ -477,3 +428,49 @@ class Reconciler:
                 self.post_event(body, etype, reason, message[:1000])
             except Exception:  # events are best effort; the status carries the same facts
                 log.exception("Posting an event failed")
+
+
+def _freshest(rec: ServingRecord, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``body`` with the status we last wrote, if the watch has not delivered it yet."""
+    if rec.written is None:
+        return body
+    rv, status = rec.written
+    if _rv(body) >= rv:
+        return body
+    return {**body, "status": status}
+
+
+def _merge_applied(
+    rec: ServingRecord, live: Mapping[ChildKey, Mapping[str, Any]]
+) -> dict[ChildKey, Mapping[str, Any]]:
+    """This object's live children, newer apply responses winning over lagging index entries."""
+    merged = dict(live)
+    for child, obj in list(rec.applied.items()):
+        current = merged.get(child)
+        if current is None or _rv(current) < _rv(obj):
+            merged[child] = obj
+        else:  # the watch caught up
+            del rec.applied[child]
+    return merged
+
+
+def _parse(rec: ServingRecord, body: Mapping[str, Any]) -> ServingObject:
+    """``parse_serving(body)``, remembered for the object's uid and generation (parsing: schema,
+    CEL rules, pydantic, is half a reconcile's CPU; the spec cannot change without a new
+    generation)."""
+    meta = body.get("metadata") or {}
+    uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
+    if rec.parsed is not None and rec.parsed[:2] == (uid, generation):
+        return rec.parsed[2]
+    obj = parse_serving(dict(body))
+    rec.parsed = (uid, generation, obj)
+    return obj
+
+
+def _landed(rec: ServingRecord, child: ChildKey, response: Any, outcome: Outcome) -> None:
+    """Our apply of ``child`` ended (``response`` None: it failed): a newer version the watch
+    delivered meanwhile (someone else's write) asks for another reconcile."""
+    seen = rec.in_flight.pop(child, 0)
+    written = _rv(response) if isinstance(response, Mapping) else 0
+    if seen > written:
+        outcome.children_changed_meanwhile = True
