@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from tests.unit.factories import gb200_pool
 
-from deepseek_operator.controller.handlers import OperatorState
+from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.engine.cluster_apis import ClusterApis
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
@@ -77,8 +77,7 @@ def _per_object_state(state: OperatorState) -> dict[str, int]:
     """Every per-object entry the operator holds (what must be zero once all is deleted)."""
     return {
         "records": len(state.records),
-        "pending": len(state.pending),
-        "full_wanted": len(state.full_wanted),
+        "pending": len(state.queue),
         "children": len(state.stores.children),
         "child_owners": len(state.stores._owner_of),
         "statefulsets": len(state.stores.statefulsets),
@@ -134,7 +133,7 @@ def test_a_thousand_servings_created_and_deleted_leave_nothing_behind() -> None:
             await deliver()
         await asyncio.sleep(1.5)  # any reconcile still asleep would have run by now
         await deliver()
-        return busy, _per_object_state(state), len(rec._gone)
+        return busy, _per_object_state(state), state.records.tombstones()
 
     busy, left, tombstones = asyncio.run(scenario())
     assert busy["records"] == COUNT and busy["children"] == COUNT and busy["pending"] == COUNT

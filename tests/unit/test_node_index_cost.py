@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from tests.unit.factories import agent_labels, node
 
-from deepseek_operator.controller.handlers import OperatorState
 from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.nodes.facts import NodeFacts
 
 POOLS = 5

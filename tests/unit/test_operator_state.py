@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from deepseek_operator.controller.handlers import OperatorState
+from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
 
 KEY = ("llm", "a")

@@ -23,7 +23,7 @@ from deepseek_operator.controller.kube import (
     controlled_by,
     describe_owner,
 )
-from deepseek_operator.controller.reconcile import Reconciler, _freshest
+from deepseek_operator.controller.reconcile import Reconciler
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115
 
@@ -130,10 +130,10 @@ def test_the_written_status_is_kept_only_until_the_watch_delivers_it() -> None:
     written = rec.records.ensure(("llm", "a")).written
     assert written is not None
     written_rv, status = written
-    rec.serving_observed(("llm", "a"), a)  # an older version: our status still counts
-    assert _freshest(rec.records.ensure(("llm", "a")), a)["status"] == status
+    rec.records.serving_observed(("llm", "a"), a)  # an older version: our status still counts
+    assert rec.records.ensure(("llm", "a")).freshest(a)["status"] == status
     echo = {**a, "metadata": {**a["metadata"], "resourceVersion": str(written_rv)}}
-    rec.serving_observed(("llm", "a"), {**echo, "status": status})
+    rec.records.serving_observed(("llm", "a"), {**echo, "status": status})
     assert rec.records.ensure(("llm", "a")).written is None
     kube.calls.clear()
     _run(rec, {**echo, "status": status}, gb200_pool())  # the delivered body is read as it is
@@ -146,7 +146,7 @@ def test_a_child_deleted_by_hand_is_applied_again() -> None:
     inv = gb200_pool()
     a = _body("a")
     _run(rec, a, inv)
-    rec.child_deleted("llm", "Service", "a-api")
+    rec.records.child_deleted("llm", "Service", "a-api")
     kube.calls.clear()
     _run(rec, a, inv)
     # The status is unchanged, so one GET proves the owner still lives before the write; the
@@ -162,14 +162,18 @@ def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
     echo = copy.deepcopy(written)
     later = copy.deepcopy(written)  # e.g. the Deployment controller's status update
     later["metadata"]["resourceVersion"] = str(int(written["metadata"]["resourceVersion"]) + 5)
-    assert not rec.child_observed("llm", "b", "Deployment", "a", echo)  # another owner's child
-    assert rec.child_observed("llm", "a", "Service", "a-api", echo) is False  # another kind's
-    assert rec.child_observed("llm", "a", "Deployment", "a", echo)
+    assert not rec.records.child_observed(
+        "llm", "b", "Deployment", "a", echo
+    )  # another owner's child
+    assert (
+        rec.records.child_observed("llm", "a", "Service", "a-api", echo) is False
+    )  # another kind's
+    assert rec.records.child_observed("llm", "a", "Deployment", "a", echo)
     # The store now holds our version: the apply response is dropped, nothing more is ours.
     assert ("Deployment", "a") not in rec.records.ensure(("llm", "a")).applied
-    assert not rec.child_observed("llm", "a", "Deployment", "a", later)
+    assert not rec.records.child_observed("llm", "a", "Deployment", "a", later)
     _run(rec, _body("a"), gb200_pool())
-    rec.child_deleted("llm", "Service", "a-api", "a")
+    rec.records.child_deleted("llm", "Service", "a-api", "a")
     assert ("Service", "a-api") not in rec.records.ensure(("llm", "a")).applied
 
 
@@ -336,8 +340,8 @@ def test_a_deleted_owner_ends_the_work_and_is_never_reconciled_again() -> None:
     # The watch restarted across the deletion: the index still serves the old body, and the
     # garbage collector deleted the children (the index shows none).
     kube.deleted.add("uid-a")
-    rec.child_deleted("llm", "Deployment", "a")
-    rec.child_deleted("llm", "Service", "a-api")
+    rec.records.child_deleted("llm", "Deployment", "a")
+    rec.records.child_deleted("llm", "Service", "a-api")
     kube.calls.clear()
     assert _run(rec, a, inv) is None
     assert kube.calls == [("get", "a")]  # proven gone before any child write
@@ -471,7 +475,7 @@ class EchoingKube(FakeKube):
             early["metadata"]["resourceVersion"] = str(self.rv + 50)
         rec = self.rec_of()
         self.echoes.append(
-            rec.child_observed("llm", "a", obj["kind"], obj["metadata"]["name"], early)
+            rec.records.child_observed("llm", "a", obj["kind"], obj["metadata"]["name"], early)
         )
         await asyncio.sleep(0)
         return response

@@ -42,6 +42,7 @@ from deepseek_operator.controller import metrics
 from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
+from deepseek_operator.controller.records import resource_version as _rv
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
@@ -52,9 +53,6 @@ from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
 __all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
 
 log = logging.getLogger("deepseek_operator.controller")
-
-# uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
-GONE_MEMORY = 10_000
 
 
 @dataclass
@@ -75,14 +73,6 @@ class Outcome:
     # a child we wrote changed again while our write was on its way (a controller's update
     # overtook the response): its owner needs another look once the watch settles
     children_changed_meanwhile: bool = False
-
-
-def _rv(obj: Mapping[str, Any]) -> int:
-    """resourceVersion as an int (etcd revisions are integers; 0 when absent or opaque)."""
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def _uid(body: Mapping[str, Any]) -> str:
@@ -113,7 +103,6 @@ class Reconciler:
         # Per object: its lock, read-your-writes caches, parsed spec and back-off count (one
         # record each, shared with the operator's state when it passes its own).
         self.records = records if records is not None else Records()
-        self._gone: dict[str, None] = {}  # uids of deleted objects, oldest first (bounded)
         self.statefulset_refusals = StatefulSetRefusals(kube)
 
     async def reconcile(
@@ -144,9 +133,9 @@ class Reconciler:
             if body is None or self.is_gone(body):  # deleted meanwhile
                 self.forget(key)
                 return None
-            body = _freshest(rec, body)
+            body = rec.freshest(body)
             uid = _uid(body)
-            live = _merge_applied(rec, live_of())
+            live = rec.merge_applied(live_of())
             try:
                 try:
                     statefulsets = list(statefulsets_of()) if statefulsets_of else []
@@ -160,7 +149,7 @@ class Reconciler:
                     actions = invalid_spec_actions(
                         observed, exc.one_line(), _now(), body.get("status") or {}
                     )
-                    await self._execute_invalid(rec, key, uid, body, actions)
+                    await self._execute(rec, key, uid, body, actions, Outcome())
                     return Outcome(status_patched=True)
             except OwnerGone:
                 # Deleted (or replaced) while we worked: the work ends here, quietly.
@@ -196,15 +185,11 @@ class Reconciler:
 
     def is_gone(self, body: Mapping[str, Any]) -> bool:
         """Whether ``body`` is a DeepSeekServing we saw deleted (a stale index entry)."""
-        uid = _uid(body)
-        return bool(uid) and uid in self._gone
+        return self.records.is_gone(_uid(body))
 
     def gone(self, key: tuple[str, str], uid: str) -> None:
         """``key`` (with ``uid``) was deleted: never work for it again, forget all about it."""
-        if uid and uid not in self._gone:
-            self._gone[uid] = None
-            while len(self._gone) > GONE_MEMORY:
-                del self._gone[next(iter(self._gone))]
+        if self.records.bury(uid):
             log.info(
                 "DeepSeekServing is gone; its work ends",
                 extra={"namespace": key[0], "name_": key[1], "uid": uid},
@@ -220,50 +205,6 @@ class Reconciler:
             self.records.forget(key)
         else:
             self.records.replace(key, rec.reconciler_state_dropped())
-
-    def serving_observed(self, key: tuple[str, str], body: Mapping[str, Any]) -> None:
-        """The watch delivered ``body``: once it holds the status we last wrote, our copy of
-        that status is not needed any more (1,000 objects would otherwise keep it twice)."""
-        rec = self.records.get(key)
-        if rec is not None and rec.written is not None and _rv(body) >= rec.written[0]:
-            rec.written = None
-
-    def child_observed(
-        self, namespace: str, owner: str, kind: str, name: str, body: Mapping[str, Any]
-    ) -> bool:
-        """The child watch delivered ``body``: whether it is exactly the version of a child that
-        our last apply wrote (its echo).
-
-        That echo tells nothing new (the reconcile that wrote it already holds the response), so
-        it needs no reconcile; any later change (a controller's status update, a hand edit) has
-        a newer resourceVersion. Once the watch has delivered our version, the store holds it
-        and the apply response is dropped (1,000 objects would otherwise keep 2,000 bodies).
-        """
-        rec = self.records.get((namespace, owner))
-        if rec is None:
-            return False
-        flying = rec.in_flight
-        if (kind, name) in flying:
-            # Our apply of it has not returned yet: this is its echo or a change that overtook
-            # it; the apply's end decides (see :meth:`_landed`).
-            flying[(kind, name)] = max(flying[(kind, name)], _rv(body))
-            return True
-        ours = rec.applied.get((kind, name))
-        if ours is None or _rv(ours) == 0:
-            return False
-        if _rv(body) >= _rv(ours):
-            del rec.applied[(kind, name)]
-        return _rv(ours) == _rv(body)
-
-    def child_deleted(self, namespace: str, kind: str, name: str, owner: str | None = None) -> None:
-        """A child is gone: never mistake our old apply response for it."""
-        if owner:
-            rec = self.records.get((namespace, owner))
-            recs = [rec] if rec is not None else []
-        else:
-            recs = [r for k, r in self.records.items() if k[0] == namespace]
-        for rec in recs:
-            rec.applied.pop((kind, name), None)
 
     async def _write_status(
         self, rec: ServingRecord, key: tuple[str, str], uid: str, status: dict[str, Any]
@@ -311,7 +252,7 @@ class Reconciler:
             # Its controller may fail to create a StatefulSet for what we just wrote and say so
             # only in an Event, changing nothing we watch: look again.
             outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
-        await self._execute(rec, obj, body, writes.actions, outcome)
+        await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, writes.actions, outcome)
         then = after_write_actions(
             status,
             outcome.refused,
@@ -321,29 +262,20 @@ class Reconciler:
             status_only=status_only,
         )
         await self._execute(
-            rec, obj, body, then + decision_actions(observed, planned.resolution), outcome
+            rec,
+            (obj.namespace, obj.name),
+            obj.uid,
+            body,
+            then + decision_actions(observed, planned.resolution),
+            outcome,
         )
         return outcome
-
-    async def _execute_invalid(
-        self,
-        rec: ServingRecord,
-        key: tuple[str, str],
-        uid: str,
-        body: Mapping[str, Any],
-        actions: list[Action],
-    ) -> None:
-        """The actions of an invalid spec (its status and Event; no child is touched)."""
-        for action in actions:
-            if isinstance(action, PatchStatus):
-                await self._write_status(rec, key, uid, dict(action.status))
-            elif isinstance(action, PostEvent):
-                self._event(body, action.type, action.reason, action.message)
 
     async def _execute(
         self,
         rec: ServingRecord,
-        obj: ServingObject,
+        key: tuple[str, str],
+        uid: str,
         body: Mapping[str, Any],
         actions: Iterable[Action],
         outcome: Outcome,
@@ -353,41 +285,40 @@ class Reconciler:
         Writes are started only once the owner is known to live (a status patch's uid
         precondition or :class:`CheckOwner` comes first), so no coroutine is left un-awaited
         when it is not."""
-        key = (obj.namespace, obj.name)
         batch: list[Awaitable[None]] = []
         for action in [*actions, None]:
             if isinstance(action, Apply | Delete):
-                batch.append(self._write(rec, obj, action, outcome))
+                batch.append(self._write(rec, key[0], uid, action, outcome))
                 continue
             if batch:
                 await asyncio.gather(*batch)
                 batch = []
             if isinstance(action, PatchStatus):
-                await self._write_status(rec, key, obj.uid, dict(action.status))
+                await self._write_status(rec, key, uid, dict(action.status))
                 outcome.status_patched = True
             elif isinstance(action, CheckOwner):
-                await self.kube.check_owner(obj.namespace, obj.name, obj.uid)
+                await self.kube.check_owner(key[0], key[1], uid)
             elif isinstance(action, PostEvent):
                 self._event(body, action.type, action.reason, action.message)
             elif isinstance(action, Decided):
                 metrics.DECISIONS.labels(action.moe_backend, action.reason).inc()
 
     def _write(
-        self, rec: ServingRecord, obj: ServingObject, action: Apply | Delete, outcome: Outcome
+        self, rec: ServingRecord, namespace: str, uid: str, action: Apply | Delete, outcome: Outcome
     ) -> Awaitable[None]:
         """The coroutine of one child write (recorded in ``outcome`` as it is planned)."""
         if isinstance(action, Apply):
             kind, name = action.child
             outcome.applied.append(f"{kind}/{name}")
-            return self._apply(rec, obj, dict(action.manifest), outcome, action.unseen)
+            return self._apply(rec, uid, dict(action.manifest), outcome, action.unseen)
         rec.applied.pop((action.kind, action.name), None)
         outcome.deleted.append(f"{action.kind}/{action.name}")
-        return self.kube.delete(action.api_version, action.kind, obj.namespace, action.name)
+        return self.kube.delete(action.api_version, action.kind, namespace, action.name)
 
     async def _apply(
         self,
         rec: ServingRecord,
-        obj: ServingObject,
+        uid: str,
         manifest: dict[str, Any],
         outcome: Outcome,
         unseen: bool,
@@ -399,15 +330,15 @@ class Reconciler:
         response: Any = None
         try:
             if unseen:
-                response = await self.kube.apply(manifest, only_if_ours=obj.uid)
+                response = await self.kube.apply(manifest, only_if_ours=uid)
             else:
                 response = await self.kube.apply(manifest)
         except ForeignObject as exc:
-            _landed(rec, child, None, outcome)
+            outcome.children_changed_meanwhile |= rec.landed(child, None)
             outcome.foreign.append(exc.message)
             return
         except Exception as exc:
-            _landed(rec, child, None, outcome)
+            outcome.children_changed_meanwhile |= rec.landed(child, None)
             refused = refusal(exc)
             if refused is None:  # an outage or a "try again" answer: run_reconcile retries
                 raise
@@ -415,7 +346,7 @@ class Reconciler:
                 f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"
             )
             return
-        _landed(rec, child, response, outcome)
+        outcome.children_changed_meanwhile |= rec.landed(child, response)
         metrics.APPLIES.labels(manifest["kind"]).inc()
         if isinstance(response, dict):
             # managedFields is as large as the object and never read: do not hold it.
@@ -430,30 +361,6 @@ class Reconciler:
                 log.exception("Posting an event failed")
 
 
-def _freshest(rec: ServingRecord, body: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``body`` with the status we last wrote, if the watch has not delivered it yet."""
-    if rec.written is None:
-        return body
-    rv, status = rec.written
-    if _rv(body) >= rv:
-        return body
-    return {**body, "status": status}
-
-
-def _merge_applied(
-    rec: ServingRecord, live: Mapping[ChildKey, Mapping[str, Any]]
-) -> dict[ChildKey, Mapping[str, Any]]:
-    """This object's live children, newer apply responses winning over lagging index entries."""
-    merged = dict(live)
-    for child, obj in list(rec.applied.items()):
-        current = merged.get(child)
-        if current is None or _rv(current) < _rv(obj):
-            merged[child] = obj
-        else:  # the watch caught up
-            del rec.applied[child]
-    return merged
-
-
 def _parse(rec: ServingRecord, body: Mapping[str, Any]) -> ServingObject:
     """``parse_serving(body)``, remembered for the object's uid and generation (parsing: schema,
     CEL rules, pydantic, is half a reconcile's CPU; the spec cannot change without a new
@@ -465,12 +372,3 @@ def _parse(rec: ServingRecord, body: Mapping[str, Any]) -> ServingObject:
     obj = parse_serving(dict(body))
     rec.parsed = (uid, generation, obj)
     return obj
-
-
-def _landed(rec: ServingRecord, child: ChildKey, response: Any, outcome: Outcome) -> None:
-    """Our apply of ``child`` ended (``response`` None: it failed): a newer version the watch
-    delivered meanwhile (someone else's write) asks for another reconcile."""
-    seen = rec.in_flight.pop(child, 0)
-    written = _rv(response) if isinstance(response, Mapping) else 0
-    if seen > written:
-        outcome.children_changed_meanwhile = True
