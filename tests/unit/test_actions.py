@@ -176,3 +176,23 @@ def test_actions_describe_one_line_each() -> None:
     manifest = {"kind": "Service", "metadata": {"name": "a-api"}}
     lines = actions.describe([Apply(manifest, unseen=True), Delete("v1", "Service", "b")])
     assert lines == ["create Service/a-api", "delete Service/b"]
+
+
+def test_the_cluster_preview_creates_what_is_missing_and_deletes_a_stale_child() -> None:
+    from deepseek_operator.commands.cluster_actions import cluster_actions
+
+    obj, _ = _planned()
+    live = {"metadata": {"name": "a", "namespace": "llm", "uid": "uid-a", "generation": 3}}
+    stale = _ours({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a-old"}})
+    acts = cluster_actions(
+        obj, live, {("Service", "a-old"): stale}, gb200_pool(), NOW, ClusterApis()
+    )
+    lines = actions.describe(acts)
+    assert lines[0] == "patch status"
+    assert "delete Service/a-old" in lines
+    assert "create Deployment/a" in lines
+    # not in the cluster yet: nothing there is its own, so nothing is deleted
+    fresh = actions.describe(
+        cluster_actions(obj, None, {("Service", "a-old"): stale}, gb200_pool(), NOW, ClusterApis())
+    )
+    assert not [line for line in fresh if line.startswith("delete")]
