@@ -196,3 +196,25 @@ def test_the_cluster_preview_creates_what_is_missing_and_deletes_a_stale_child()
         cluster_actions(obj, None, {("Service", "a-old"): stale}, gb200_pool(), NOW, ClusterApis())
     )
     assert not [line for line in fresh if line.startswith("delete")]
+
+
+def test_a_reduced_child_keeps_what_the_reconciler_reads_and_judges_drift_alike() -> None:
+    import sys
+
+    from deepseek_operator.controller.cache import reduced_child
+
+    obj, _ = _planned()
+    planned = plan(obj, gb200_pool(), Observed(), NOW, ClusterApis())
+    manifest = planned.objects[0]
+    live = _ours(manifest)
+    live["metadata"]["managedFields"] = [{"manager": "x", "fieldsV1": {"f:spec": {}}}]
+    live["status"] = {"readyReplicas": 1, "conditions": [{"type": "Available"}]}
+    small = reduced_child(live)
+    assert small["status"] == live["status"] and "managedFields" not in str(small)
+    assert small["metadata"]["ownerReferences"] == live["metadata"]["ownerReferences"]
+    assert split_children({("K", "n"): small}, "uid-a")[0]  # still ours
+    assert not actions.drifted(small, manifest)
+    edited = copy.deepcopy(live)
+    edited["metadata"]["labels"] = {}
+    assert actions.drifted(reduced_child(edited), manifest)
+    assert sys.getsizeof(small[actions.PACKED_BODY]) < len(str(live)) + 100

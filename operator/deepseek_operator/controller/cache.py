@@ -7,11 +7,17 @@ here decide what a watch keeps of each object; nothing else of an object is held
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from deepseek_operator.actions import PACKED_BODY
 from deepseek_operator.controller.records import ServingKey
-from deepseek_operator.names import KOPF_ANNOTATION_PREFIX, LABEL_INSTANCE, LWS_NAME_LABEL
+from deepseek_operator.names import (
+    KOPF_ANNOTATION_PREFIX,
+    LABEL_INSTANCE,
+    LWS_NAME_LABEL,
+)
 from deepseek_operator.plan import ChildKey
 
 # Earlier versions let kopf keep its last-handled configuration (a copy of the spec) in this
@@ -152,3 +158,35 @@ def kept(body: Mapping[str, Any]) -> dict[str, Any]:
                 }
             kept["metadata"] = meta
     return kept
+
+
+_CHILD_META = ("name", "namespace", "uid", "resourceVersion", "generation", "labels")
+
+
+def reduced_child(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A child as the stores keep it: what the reconciler reads as parsed fields (identity,
+    owner, labels, the spec fields the status reads: replicas and the LeaderWorkerSet group
+    size, the status), and the rest of the body (never managedFields) as compact JSON bytes,
+    read only to judge whether it still holds what we apply (:func:`~.actions.drifted`)."""
+    meta = body.get("metadata") or {}
+    kept_meta = {k: meta[k] for k in _CHILD_META if k in meta}
+    if meta.get("ownerReferences"):
+        kept_meta["ownerReferences"] = meta["ownerReferences"]
+    spec = body.get("spec") or {}
+    kept_spec: dict[str, Any] = {}
+    if "replicas" in spec:
+        kept_spec["replicas"] = spec["replicas"]
+    size = (spec.get("leaderWorkerTemplate") or {}).get("size")
+    if size is not None:
+        kept_spec["leaderWorkerTemplate"] = {"size": size}
+    rest = {k: v for k, v in kept(body).items() if k != "status"}
+    out: dict[str, Any] = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": kept_meta,
+        "spec": kept_spec,
+        PACKED_BODY: json.dumps(rest, separators=(",", ":"), ensure_ascii=False).encode(),
+    }
+    if "status" in body:
+        out["status"] = body["status"]
+    return out

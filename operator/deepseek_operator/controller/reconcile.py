@@ -39,6 +39,7 @@ from deepseek_operator.actions import (
 )
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
+from deepseek_operator.controller.cache import reduced_child
 from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
@@ -349,9 +350,8 @@ class Reconciler:
         outcome.children_changed_meanwhile |= rec.landed(child, response)
         metrics.APPLIES.labels(manifest["kind"]).inc()
         if isinstance(response, dict):
-            # managedFields is as large as the object and never read: do not hold it.
-            (response.get("metadata") or {}).pop("managedFields", None)
-            rec.applied[child] = response
+            # Kept as the child stores keep it (identity, status, the digest of our fields).
+            rec.applied[child] = reduced_child(response)
 
     def _event(self, body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
         if self.post_event is not None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from deepseek_operator.controller.cache import kept, reduced_statefulset
+from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, LWS_CRD
 from deepseek_operator.controller.kube import group_version_prefix
 from deepseek_operator.controller.node_watch import facts_of
@@ -95,7 +95,9 @@ class Watch:
 
 
 def _child(kind: str, api_version: str, plural: str, crd: str | None = None) -> Watch:
-    return Watch(kind, api_version, plural, kept, Asks.OWNER, CHILD_SELECTOR, crd=crd, child=True)
+    return Watch(
+        kind, api_version, plural, reduced_child, Asks.OWNER, CHILD_SELECTOR, crd=crd, child=True
+    )
 
 
 WATCHES: tuple[Watch, ...] = (

@@ -23,6 +23,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deepseek_operator.actions.children import (
+    PACKED_BODY,
+    contains,
+    controlled_by,
+    controller_of,
+    describe_owner,
+    drifted,
+    foreign_message,
+    split_children,
+)
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import (
     EVENT_BACKEND_RESOLVED,
@@ -30,7 +40,6 @@ from deepseek_operator.names import (
     EVENT_FOREIGN_OBJECT,
     EVENT_INVALID_SPEC,
     EVENT_WORKLOAD_REFUSED,
-    KIND,
     LWS_KIND,
     WORKLOAD_APPLIED,
 )
@@ -113,65 +122,6 @@ class FollowUp:
 Action = Apply | Delete | PatchStatus | CheckOwner | PostEvent | Decided | FollowUp
 
 
-# --- ownership -------------------------------------------------------------------------------
-
-
-def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The owner reference with ``controller: true`` of ``body`` (None: it has none)."""
-    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return ref
-    return None
-
-
-def controlled_by(body: Mapping[str, Any], uid: str) -> bool:
-    """Whether ``body``'s controller is the object ``uid`` (the only children we write)."""
-    ref = controller_of(body)
-    return ref is not None and bool(uid) and ref.get("uid") == uid
-
-
-def describe_owner(body: Mapping[str, Any]) -> str:
-    """``body``'s controller as a user names it: ``LeaderWorkerSet/x``, or ``no owner``."""
-    ref = controller_of(body)
-    if ref is None:
-        return "no owner"
-    who = f"{ref.get('kind')}/{ref.get('name')}"
-    return f"{who} (uid {ref.get('uid')})" if ref.get("kind") == KIND else who
-
-
-def foreign_message(kind: str, name: str, owner: str) -> str:
-    """Why a child is not written: its name is taken by ``owner``'s object (or no one's)."""
-    whose = "has no owner" if owner == "no owner" else f"belongs to {owner}"
-    return (
-        f"{kind}/{name} already exists and {whose}: it is not this DeepSeekServing's, "
-        "and the operator does not write over it (delete or rename that object)"
-    )
-
-
-def contains(live: Any, desired: Any) -> bool:
-    """Whether ``live`` holds every field of ``desired`` with the same value (defaults aside)."""
-    if isinstance(desired, dict):
-        if not isinstance(live, Mapping):
-            return False
-        return all(k in live and contains(live[k], v) for k, v in desired.items())
-    if isinstance(desired, list):
-        if not isinstance(live, list) or len(live) != len(desired):
-            return False
-        return all(contains(a, b) for a, b in zip(live, desired, strict=True))
-    return bool(live == desired)
-
-
-def split_children(
-    live: Mapping[ChildKey, Mapping[str, Any]], uid: str
-) -> tuple[dict[ChildKey, Mapping[str, Any]], dict[ChildKey, Mapping[str, Any]]]:
-    """(ours, strangers): the watches select children by our labels; only those ``uid``
-    controls are its own (read, written, deleted). The rest (a copy of our labels, the children
-    of a deleted object of the same name) are never adopted, written over or deleted."""
-    ours = {k: v for k, v in live.items() if controlled_by(v, uid)}
-    strangers = {k: v for k, v in live.items() if k not in ours}
-    return ours, strangers
-
-
 # --- round 1: status and child writes ---------------------------------------------------------
 
 
@@ -221,7 +171,7 @@ def write_actions(
             current = ours.get(key)
             if key in strangers:
                 foreign.append(foreign_message(key[0], key[1], describe_owner(strangers[key])))
-            elif current is None or not contains(current, manifest):
+            elif current is None or drifted(current, manifest):
                 writes.append(Apply(manifest, unseen=current is None))
                 lws_written = lws_written or key == (LWS_KIND, owner_name)
         for (kind, child), child_body in ours.items():  # ours only (strangers stay)
@@ -360,3 +310,32 @@ def describe(actions: Iterable[Action]) -> list[str]:
         elif isinstance(action, FollowUp):
             lines.append(f"reconcile again in {action.delay:g}s ({action.trigger})")
     return lines
+
+
+__all__ = [
+    "PACKED_BODY",
+    "Action",
+    "Apply",
+    "CheckOwner",
+    "Decided",
+    "Delete",
+    "FollowUp",
+    "PatchStatus",
+    "PostEvent",
+    "Writes",
+    "after_write_actions",
+    "backoff_delay",
+    "contains",
+    "controlled_by",
+    "controller_of",
+    "decision_actions",
+    "describe",
+    "describe_owner",
+    "drifted",
+    "follow_ups",
+    "foreign_message",
+    "invalid_spec_actions",
+    "next_failures",
+    "split_children",
+    "write_actions",
+]
