@@ -86,7 +86,7 @@ def instrument(spans_path: Path) -> None:
     """Wrap the steps of a reconcile with timing spans; dump them to *spans_path* at exit."""
     from kopf._core.reactor import processing
 
-    from deepseek_operator.controller import handlers, kube, reconcile
+    from deepseek_operator.controller import discovery, kube, reconcile, state
 
     def event_key(*_: Any, raw_event: Any = None, **__: Any) -> tuple[str, str]:
         obj = (raw_event or {}).get("object") or {}
@@ -99,14 +99,12 @@ def instrument(spans_path: Path) -> None:
     processing.process_resource_event = _span_async(
         "kopf_process_event", event_key, processing.process_resource_event
     )
-    handlers.OperatorState.reconcile = _span_async(  # type: ignore[method-assign]
+    state.OperatorState.reconcile = _span_async(  # type: ignore[method-assign]
         "operator_reconcile",
         lambda _self, key, *a, **k: f"{key[0]}/{key[1]}",
-        handlers.OperatorState.reconcile,
+        state.OperatorState.reconcile,
     )
-    reconcile.Reconciler._parse = _span_sync(  # type: ignore[method-assign]
-        "parse", lambda _self, body: _meta_key(body), reconcile.Reconciler._parse
-    )
+    reconcile._parse = _span_sync("parse", lambda _rec, body: _meta_key(body), reconcile._parse)
     reconcile.plan = _span_sync(
         "plan", lambda obj, *a, **k: f"{obj.namespace}/{obj.name}", reconcile.plan
     )
@@ -129,8 +127,8 @@ def instrument(spans_path: Path) -> None:
     kube.KubeClient._apply = _span_sync(  # type: ignore[method-assign]
         "apply(thread)", apply_key, kube.KubeClient._apply
     )
-    handlers.ClusterApiProbe.current = _span_sync(  # type: ignore[method-assign]
-        "apis(thread)", lambda *_: "-", handlers.ClusterApiProbe.current
+    discovery.ClusterApiProbe.current = _span_sync(  # type: ignore[method-assign]
+        "apis(thread)", lambda *_: "-", discovery.ClusterApiProbe.current
     )
 
     def dump() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.controller.handlers import PEERING_LIFETIME_S
+from deepseek_operator.controller.wiring import PEERING_LIFETIME_S
 from tests.gpu_nodes import make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.operator import OperatorProcess, patch_serving

@@ -26,7 +26,9 @@ from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from deepseek_operator.actions import contains, drifted
 from deepseek_operator.api.load import parse_serving
+from deepseek_operator.controller.cache import reduced_child
 from deepseek_operator.controller.kube import encode_body, group_version_prefix
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
@@ -159,6 +161,12 @@ def _apply_dry_run(api: Any, namespace: str, manifest: dict[str, Any]) -> str | 
     )
     response.read()
     if 200 <= response.status < 300:
+        # What the child store keeps of it (identity, status, the digest of our fields) must
+        # judge drift as the whole object does, or the operator would apply it again at every
+        # reconcile (or miss a change).
+        live = json.loads(response.data)
+        if drifted(reduced_child(live), manifest) != (not contains(live, manifest)):
+            return "the child store's digest and the live object disagree about drift"
         return None
     try:
         message = json.loads(response.data).get("message", response.data)

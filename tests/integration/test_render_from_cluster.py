@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.gpu_nodes import make_gpu_node
 from tests.k8s.cluster import ControlPlane
@@ -103,3 +104,50 @@ def test_render_from_cluster_renders_a_leaderworkerset_only_where_the_cluster_se
     else:
         assert printed["objects"] == []
         assert placeable["reason"] == "LeaderWorkerSetNotInstalled"
+
+
+@pytest.mark.integration
+def test_render_from_cluster_lists_the_actions_against_the_live_objects_deletes_too(
+    crds: ControlPlane, namespace: str
+) -> None:
+    """The object exists, one child the plan no longer holds is there: the dry run says the
+    status would be patched, the children created, and that stale one deleted."""
+    doc = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
+    doc["metadata"] = {"name": "dry", "namespace": namespace}
+    crds.apply(json.dumps(doc))
+    uid = crds.kubectl_json("get", "deepseekserving", "dry", "-n", namespace)["metadata"]["uid"]
+    labels = {
+        "app.kubernetes.io/managed-by": "deepseek-operator",
+        "app.kubernetes.io/instance": "dry",
+    }
+    owner = {"apiVersion": "serving.deepseek-operator.io/v1alpha1", "kind": "DeepSeekServing",
+             "name": "dry", "uid": uid, "controller": True}  # fmt: skip
+    stale = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "dry-old", "namespace": namespace, "labels": labels,
+                     "ownerReferences": [owner]},
+        "spec": {"ports": [{"port": 80}], "selector": labels},
+    }  # fmt: skip
+    crds.apply(json.dumps(stale))
+    path = pathlib.Path(crds.work_dir) / f"{namespace}-dry.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path), "--from-cluster", "-o", "json"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "KUBECONFIG": str(crds.kubeconfig)}, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    actions = json.loads(out.stdout)["actions"]
+    assert actions[0] == "patch status", actions
+    assert "delete Service/dry-old" in actions, actions
+    assert any(a.startswith("create ") for a in actions), actions
+    assert any(a.startswith("event Normal BackendResolved") for a in actions), actions
+    # nothing was written: the stale child is still there, the status still empty
+    crds.kubectl("get", "service", "dry-old", "-n", namespace)
+    assert "status" not in crds.kubectl_json("get", "deepseekserving", "dry", "-n", namespace)
+    text = subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path), "--from-cluster"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "KUBECONFIG": str(crds.kubeconfig)}, timeout=60,
+    )  # fmt: skip
+    assert "Actions against the cluster (nothing is written):" in text.stdout, text.stdout
+    assert "  delete Service/dry-old" in text.stdout

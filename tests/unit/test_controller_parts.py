@@ -14,7 +14,6 @@ from typing import Any
 import kopf
 import pytest
 
-from deepseek_operator.controller.handlers import NoDiffBase, keep_out_of_gc
 from deepseek_operator.controller.kube import (
     ForeignObject,
     KubeClient,
@@ -23,6 +22,8 @@ from deepseek_operator.controller.kube import (
     refusal,
 )
 from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
+from deepseek_operator.controller.state import keep_out_of_gc
+from deepseek_operator.controller.wiring import NoDiffBase
 from deepseek_operator.nodes.facts import node_facts
 from tests.unit.factories import agent_labels, node
 
@@ -122,7 +123,7 @@ def test_a_relisting_reports_nodes_added_changed_and_gone() -> None:
 
 
 def test_stores_keep_bodies_without_managed_fields_or_kopf_annotations() -> None:
-    from deepseek_operator.controller.handlers import _kept
+    from deepseek_operator.controller.cache import kept as _kept
 
     body = {
         "kind": "Deployment",
@@ -162,7 +163,7 @@ class _Discovery:
 
 
 def test_addon_crd_events_decide_what_is_served_before_discovery_catches_up() -> None:
-    from deepseek_operator.controller.handlers import LWS_CRD, ClusterApiProbe
+    from deepseek_operator.controller.discovery import LWS_CRD, ClusterApiProbe
 
     kube = _Discovery(set())  # discovery has not listed the new group yet
     probe = ClusterApiProbe(kube, compute_domain_enabled=True)  # type: ignore[arg-type]
@@ -205,7 +206,7 @@ def test_the_peering_gate_follows_kopfs_rule() -> None:
 
 
 def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
-    from deepseek_operator.controller.handlers import Stores, reduced_statefulset
+    from deepseek_operator.controller.cache import Stores, reduced_statefulset
     from deepseek_operator.names import LWS_NAME_LABEL
 
     def sts(name: str, lws: str, rv: int) -> dict[str, Any]:

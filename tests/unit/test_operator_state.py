@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from deepseek_operator.controller.handlers import OperatorState
+from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
 
 KEY = ("llm", "a")
@@ -37,10 +37,10 @@ def test_only_a_new_object_a_new_generation_or_the_start_up_listing_reconciles()
     assert state.serving_seen("MODIFIED", _body()) is None  # our own status write's echo
     labelled = _body(labels={"team": "x"})
     assert state.serving_seen("MODIFIED", labelled) is None  # metadata only: same generation
-    assert state.stores.body(KEY) == labelled  # but the latest body is kept
+    assert state.body(KEY) == labelled  # but the latest body is kept
     assert state.serving_seen("MODIFIED", _body(generation=2)) == "update"
     assert state.serving_seen("DELETED", _body(generation=2)) is None
-    assert state.stores.body(KEY) is None
+    assert state.body(KEY) is None
     assert state.serving_seen("MODIFIED", _body(generation=2)) is None  # late event of the dead
     assert state.serving_seen("ADDED", _body(uid="uid-b")) == "create"  # same name, new object
     assert state.serving_seen("ADDED", _body(uid="uid-c")) == "create"

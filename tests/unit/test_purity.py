@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 PKG = pathlib.Path(__file__).resolve().parents[2] / "operator/deepseek_operator"
-PURE = ["api", "catalog", "nodes", "engine", "render"]
+PURE = ["api", "catalog", "nodes", "engine", "render", "actions"]
 # The agent's pure half (its model, the topo -m parser, the label encoder) and the bottom modules.
 PURE_MODULES = [
     "names.py",

@@ -127,12 +127,14 @@ def test_the_written_status_is_kept_only_until_the_watch_delivers_it() -> None:
     rec = Reconciler(kube)  # type: ignore[arg-type]
     a = _body("a")
     _run(rec, a, gb200_pool())
-    written_rv, status = rec._written[("llm", "a")]
-    rec.serving_observed(("llm", "a"), a)  # an older version: our status still counts
-    assert rec._freshest(("llm", "a"), a)["status"] == status
+    written = rec.records.ensure(("llm", "a")).written
+    assert written is not None
+    written_rv, status = written
+    rec.records.serving_observed(("llm", "a"), a)  # an older version: our status still counts
+    assert rec.records.ensure(("llm", "a")).freshest(a)["status"] == status
     echo = {**a, "metadata": {**a["metadata"], "resourceVersion": str(written_rv)}}
-    rec.serving_observed(("llm", "a"), {**echo, "status": status})
-    assert ("llm", "a") not in rec._written
+    rec.records.serving_observed(("llm", "a"), {**echo, "status": status})
+    assert rec.records.ensure(("llm", "a")).written is None
     kube.calls.clear()
     _run(rec, {**echo, "status": status}, gb200_pool())  # the delivered body is read as it is
     assert [c for c in kube.calls if c[0] == "status"] == []
@@ -144,7 +146,7 @@ def test_a_child_deleted_by_hand_is_applied_again() -> None:
     inv = gb200_pool()
     a = _body("a")
     _run(rec, a, inv)
-    rec.child_deleted("llm", "Service", "a-api")
+    rec.records.child_deleted("llm", "Service", "a-api")
     kube.calls.clear()
     _run(rec, a, inv)
     # The status is unchanged, so one GET proves the owner still lives before the write; the
@@ -156,19 +158,23 @@ def test_only_the_echo_of_our_own_apply_is_recognised_as_our_write() -> None:
     kube = FakeKube()
     rec = Reconciler(kube)  # type: ignore[arg-type]
     _run(rec, _body("a"), gb200_pool())
-    written = rec._applied[("llm", "a")][("Deployment", "a")]
+    written = rec.records.ensure(("llm", "a")).applied[("Deployment", "a")]
     echo = copy.deepcopy(written)
     later = copy.deepcopy(written)  # e.g. the Deployment controller's status update
     later["metadata"]["resourceVersion"] = str(int(written["metadata"]["resourceVersion"]) + 5)
-    assert not rec.child_observed("llm", "b", "Deployment", "a", echo)  # another owner's child
-    assert rec.child_observed("llm", "a", "Service", "a-api", echo) is False  # another kind's
-    assert rec.child_observed("llm", "a", "Deployment", "a", echo)
+    assert not rec.records.child_observed(
+        "llm", "b", "Deployment", "a", echo
+    )  # another owner's child
+    assert (
+        rec.records.child_observed("llm", "a", "Service", "a-api", echo) is False
+    )  # another kind's
+    assert rec.records.child_observed("llm", "a", "Deployment", "a", echo)
     # The store now holds our version: the apply response is dropped, nothing more is ours.
-    assert ("Deployment", "a") not in rec._applied.get(("llm", "a"), {})
-    assert not rec.child_observed("llm", "a", "Deployment", "a", later)
+    assert ("Deployment", "a") not in rec.records.ensure(("llm", "a")).applied
+    assert not rec.records.child_observed("llm", "a", "Deployment", "a", later)
     _run(rec, _body("a"), gb200_pool())
-    rec.child_deleted("llm", "Service", "a-api", "a")
-    assert ("Service", "a-api") not in rec._applied.get(("llm", "a"), {})
+    rec.records.child_deleted("llm", "Service", "a-api", "a")
+    assert ("Service", "a-api") not in rec.records.ensure(("llm", "a")).applied
 
 
 def test_a_stale_child_of_the_same_serving_is_deleted() -> None:
@@ -334,8 +340,8 @@ def test_a_deleted_owner_ends_the_work_and_is_never_reconciled_again() -> None:
     # The watch restarted across the deletion: the index still serves the old body, and the
     # garbage collector deleted the children (the index shows none).
     kube.deleted.add("uid-a")
-    rec.child_deleted("llm", "Deployment", "a")
-    rec.child_deleted("llm", "Service", "a-api")
+    rec.records.child_deleted("llm", "Deployment", "a")
+    rec.records.child_deleted("llm", "Service", "a-api")
     kube.calls.clear()
     assert _run(rec, a, inv) is None
     assert kube.calls == [("get", "a")]  # proven gone before any child write
@@ -469,7 +475,7 @@ class EchoingKube(FakeKube):
             early["metadata"]["resourceVersion"] = str(self.rv + 50)
         rec = self.rec_of()
         self.echoes.append(
-            rec.child_observed("llm", "a", obj["kind"], obj["metadata"]["name"], early)
+            rec.records.child_observed("llm", "a", obj["kind"], obj["metadata"]["name"], early)
         )
         await asyncio.sleep(0)
         return response
@@ -487,4 +493,4 @@ def test_a_watch_event_before_the_apply_returns_is_an_echo_unless_someone_wrote_
     # No early event asks for a reconcile by itself; the apply's end decides.
     assert kube.echoes == [True, True]
     assert outcome.children_changed_meanwhile is changed
-    assert rec._in_flight == {}
+    assert all(not r.in_flight for _k, r in rec.records.items())

@@ -408,18 +408,29 @@ def _output(
     status: DeepSeekServingStatus,
     objects: Sequence[dict[str, Any]],
     nodes: int,
+    actions: Sequence[str] | None = None,
 ) -> str:
-    """One DeepSeekServing's preview in the chosen format."""
+    """One DeepSeekServing's preview in the chosen format (``actions``: with --from-cluster,
+    what the operator would do against that cluster, one line each)."""
     if args.output == "json":
-        return json.dumps({"status": status_dict(status), "objects": objects}, indent=2) + "\n"
+        doc: dict[str, Any] = {"status": status_dict(status), "objects": objects}
+        if actions is not None:
+            doc["actions"] = list(actions)
+        return json.dumps(doc, indent=2) + "\n"
     if args.output == "yaml":
         header = yaml.dump(
             {"status": status_dict(status)}, Dumper=_NoAliasDumper, sort_keys=False, width=100
         )
+        if actions is not None:
+            header += "actions against the cluster:\n" + "".join(f"  {a}\n" for a in actions)
         return "".join(f"# {line}\n" for line in header.splitlines()) + yaml.dump_all(
             objects, Dumper=_NoAliasDumper, sort_keys=False, width=100
         )
-    return _text_report(obj, res, status, objects, nodes)
+    text = _text_report(obj, res, status, objects, nodes)
+    if actions is not None:
+        text += "\nActions against the cluster (nothing is written):\n"
+        text += "".join(f"  {a}\n" for a in actions) if actions else "  none\n"
+    return text
 
 
 # Between two DeepSeekServings' previews: a YAML document separator keeps `-o yaml` apply-able,
@@ -456,6 +467,15 @@ def run(args: argparse.Namespace) -> int:
             compute_domain = compute_domain and COMPUTE_DOMAIN_API_VERSION in served
         apis = ClusterApis(leader_worker_set=lws, compute_domain=compute_domain)
         planned = [_plan_document(d, inventory, now, apis) for d in documents]
+        actions: list[list[str] | None] = [None] * len(documents)
+        if args.from_cluster:  # and what the operator would do there, deletes included
+            from deepseek_operator.commands import cluster_actions as live
+
+            for i, document in enumerate(documents):
+                found, children = live.cluster_objects(document.obj, served)
+                actions[i] = live.describe(
+                    live.cluster_actions(document.obj, found, children, inventory, now, apis)
+                )
     except DeepSeekOperatorError as exc:
         sys.stderr.write("".join(f"error: {line}\n" for line in str(exc).splitlines()))
         return 1
@@ -469,8 +489,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     sys.stdout.write(
         _SEPARATORS[args.output].join(
-            _output(args, d.obj, p.resolution, p.status, p.objects, len(inventory))
-            for d, p in zip(documents, planned, strict=True)
+            _output(args, d.obj, p.resolution, p.status, p.objects, len(inventory), a)
+            for d, p, a in zip(documents, planned, actions, strict=True)
         )
     )
     return 0

@@ -13,20 +13,41 @@ One field manager owns every field we set; ``force`` takes fields back from hand
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from deepseek_operator.actions import controlled_by, describe_owner
 from deepseek_operator.controller import metrics
+from deepseek_operator.controller.api_errors import (
+    TRY_AGAIN_STATUSES,
+    ForeignObject,
+    KubeError,
+    OwnerGone,
+    WriteRefused,
+    refusal,
+)
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
-from deepseek_operator.errors import DeepSeekOperatorError
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
+
+__all__ = [
+    "TRY_AGAIN_STATUSES",
+    "ForeignObject",
+    "KubeClient",
+    "KubeError",
+    "OwnerGone",
+    "WriteRefused",
+    "controlled_by",
+    "describe_owner",
+    "encode_body",
+    "group_version_prefix",
+    "refusal",
+]
 
 # Worker threads writing concurrently, and how many of them child applies and deletes may hold
 # (the rest are kept for status writes, which users wait for).
@@ -36,60 +57,6 @@ BACKGROUND_WRITERS = 16
 # How often the client's credential hook runs (a token file or kubeconfig re-read; service
 # account tokens are rotated on a scale of minutes).
 CREDENTIAL_RECHECK_S = 10.0
-
-
-class KubeError(DeepSeekOperatorError):
-    """The API server does not serve a kind the operator needs to write."""
-
-
-class OwnerGone(DeepSeekOperatorError):
-    """The DeepSeekServing was deleted (or replaced by a new one of the same name)."""
-
-
-class WriteRefused(DeepSeekOperatorError):
-    """The API server refused a write (invalid, forbidden, conflicting): its own words."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        self.message = message
-        super().__init__(f"HTTP {status}: {message}")
-
-
-class ForeignObject(DeepSeekOperatorError):
-    """A child's name is taken by an object this DeepSeekServing does not control."""
-
-    def __init__(self, kind: str, name: str, owner: str) -> None:
-        self.kind = kind
-        self.name = name
-        self.owner = owner  # "LeaderWorkerSet/x", "DeepSeekServing/x (uid ...)" or "no owner"
-        whose = "has no owner" if owner == "no owner" else f"belongs to {owner}"
-        self.message = (
-            f"{kind}/{name} already exists and {whose}: it is not this DeepSeekServing's, "
-            "and the operator does not write over it (delete or rename that object)"
-        )
-        super().__init__(self.message)
-
-
-# HTTP answers that mean "not now" rather than "not this": too many requests, unavailable,
-# timed out. They are retried as an outage is; every other error status is a refusal.
-TRY_AGAIN_STATUSES = frozenset({429, 503, 504})
-
-
-def refusal(exc: Exception) -> WriteRefused | None:
-    """The API server's refusal in ``exc``, or None for a connection failure or a "try again".
-
-    Any HTTP error answer is a refusal, 5xx included: the API server answers 500 "failed to
-    create typed patch object" (a list-map with duplicate keys) or "failed to convert" for a
-    body it will refuse every time, exactly like a 422.
-    """
-    status = getattr(exc, "status", None)
-    if not isinstance(status, int) or status < 400 or status in TRY_AGAIN_STATUSES:
-        return None
-    body = getattr(exc, "body", None) or b"{}"
-    message = str(getattr(exc, "reason", "") or "")
-    with contextlib.suppress(TypeError, ValueError, AttributeError):
-        message = str(json.loads(body).get("message") or message)
-    return WriteRefused(status, message)
 
 
 # Characters the API server's YAML decoder refuses raw (DEL, C1 controls, surrogates, the BOM,
@@ -114,29 +81,6 @@ def encode_body(body: Any) -> bytes:
     if _YAML_REFUSED.search(text) is not None:
         text = _YAML_REFUSED.sub(_escape, text)
     return text.encode("utf-8")
-
-
-def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The owner reference with ``controller: true`` of ``body`` (None: it has none)."""
-    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return ref
-    return None
-
-
-def controlled_by(body: Mapping[str, Any], uid: str) -> bool:
-    """Whether ``body``'s controller is the object ``uid`` (the only children we write)."""
-    ref = controller_of(body)
-    return ref is not None and bool(uid) and ref.get("uid") == uid
-
-
-def describe_owner(body: Mapping[str, Any]) -> str:
-    """``body``'s controller as a user names it: ``LeaderWorkerSet/x``, or ``no owner``."""
-    ref = controller_of(body)
-    if ref is None:
-        return "no owner"
-    who = f"{ref.get('kind')}/{ref.get('name')}"
-    return f"{who} (uid {ref.get('uid')})" if ref.get("kind") == KIND else who
 
 
 @dataclass(frozen=True)

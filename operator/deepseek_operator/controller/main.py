@@ -58,12 +58,14 @@ def run_operator(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from deepseek_operator.controller.handlers import OperatorState  # registers the handlers
+    from deepseek_operator.controller.state import OperatorState
+    from deepseek_operator.controller.wiring import registry
 
     setup_logging(args.log_level)
     start_http_server(args.metrics_port, addr=args.metrics_address)
     priority = args.priority if args.priority is not None else random.randint(1, 1_000_000)
     kopf.run(
+        registry=registry(),
         standalone=args.standalone,
         priority=priority,
         peering_name=None if args.standalone else args.peering,

@@ -16,13 +16,10 @@ in a thread; a 410 or a failed stream lists again); callbacks run on the event l
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.controller.list_watch import ListWatch
 from deepseek_operator.names import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -120,34 +117,7 @@ OnListed = Callable[[str | None, dict[PodKey, PodRecord]], None]
 OnEvent = Callable[[PodKey, PodRecord | None], None]
 
 
-def _pod_key(key: str) -> PodKey:
+def pod_key(key: str) -> PodKey:
+    """``namespace/name`` (a watch's key) as a pod's (namespace, name)."""
     namespace, _, name = key.partition("/")
     return namespace, name
-
-
-def pod_watch(
-    kube: KubeClient,
-    loop: asyncio.AbstractEventLoop,
-    namespace: str | None,
-    on_listed: OnListed,
-    on_event: OnEvent,
-) -> ListWatch[PodRecord | None]:
-    """A :class:`ListWatch` of our LWS pods in ``namespace`` (None: cluster-wide), reporting
-    records keyed by (namespace, name); a pod without our indexes is left out of listings."""
-
-    def listed(snapshot: dict[str, PodRecord | None]) -> None:
-        on_listed(namespace, {_pod_key(k): r for k, r in snapshot.items() if r is not None})
-
-    def seen(kind: str, key: str, record: PodRecord | None) -> None:
-        on_event(_pod_key(key), None if kind == "DELETED" else record)
-
-    return ListWatch(
-        kube,
-        loop,
-        f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods",
-        pod_record,
-        listed,
-        seen,
-        label_selector=POD_SELECTOR,
-        name=f"pod-watch-{namespace or 'all'}",
-    )

@@ -13,55 +13,47 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepseek_operator.actions import (
+    BACKOFF_FIRST_S,
+    BACKOFF_TRIGGER,
+    Action,
+    Apply,
+    CheckOwner,
+    Decided,
+    Delete,
+    PatchStatus,
+    PostEvent,
+    after_write_actions,
+    backoff_delay,
+    decision_actions,
+    invalid_spec_actions,
+    next_failures,
+    split_children,
+    write_actions,
+)
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.kube import (
-    ForeignObject,
-    KubeClient,
-    OwnerGone,
-    controlled_by,
-    describe_owner,
-    refusal,
-)
+from deepseek_operator.controller.cache import reduced_child
+from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
+from deepseek_operator.controller.records import Records, ServingRecord
+from deepseek_operator.controller.records import resource_version as _rv
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
-from deepseek_operator.names import (
-    EVENT_BACKEND_RESOLVED,
-    EVENT_BACKEND_UNRUNNABLE,
-    EVENT_FOREIGN_OBJECT,
-    EVENT_INVALID_SPEC,
-    EVENT_WORKLOAD_REFUSED,
-    LWS_KIND,
-    WORKLOAD_APPLIED,
-)
+from deepseek_operator.names import LWS_KIND
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.plan import (
-    ChildKey,
-    GroupPods,
-    Observed,
-    invalid_spec_plan_status,
-    plan,
-)
-from deepseek_operator.render.status import with_workload_applied
+from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
+
+__all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
 
 log = logging.getLogger("deepseek_operator.controller")
-
-# Retries after the API server refused a child: 10 s, 20 s, 40 s ... capped at 5 minutes.
-BACKOFF_FIRST_S = 10.0
-BACKOFF_MAX_S = 300.0
-BACKOFF_TRIGGER = "backoff"
-"""The trigger of a reconcile run as the back-off's next step (only those lengthen the wait)."""
-# uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
-GONE_MEMORY = 10_000
 
 
 @dataclass
@@ -84,44 +76,8 @@ class Outcome:
     children_changed_meanwhile: bool = False
 
 
-def contains(live: Any, desired: Any) -> bool:
-    """Whether ``live`` holds every field of ``desired`` with the same value (defaults aside)."""
-    if isinstance(desired, dict):
-        if not isinstance(live, Mapping):
-            return False
-        return all(k in live and contains(live[k], v) for k, v in desired.items())
-    if isinstance(desired, list):
-        if not isinstance(live, list) or len(live) != len(desired):
-            return False
-        return all(contains(a, b) for a, b in zip(live, desired, strict=True))
-    return bool(live == desired)
-
-
-def _rv(obj: Mapping[str, Any]) -> int:
-    """resourceVersion as an int (etcd revisions are integers; 0 when absent or opaque)."""
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
 def _uid(body: Mapping[str, Any]) -> str:
     return str((body.get("metadata") or {}).get("uid") or "")
-
-
-def _condition_status(status: Mapping[str, Any], ctype: str) -> str | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == ctype:
-            return str(cond.get("status"))
-    return None
-
-
-def _said(status: Mapping[str, Any], ctype: str) -> tuple[Any, ...] | None:
-    """What condition ``ctype`` says (status, reason, message), its times aside."""
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == ctype:
-            return (cond.get("status"), cond.get("reason"), cond.get("message"))
-    return None
 
 
 def _now() -> str:
@@ -137,6 +93,7 @@ class Reconciler:
         post_event: Any = None,
         apis_of: Callable[[], ClusterApis] | None = None,
         apis_fresh: Callable[[], ClusterApis | None] | None = None,
+        records: Records | None = None,
     ) -> None:
         self.kube = kube
         self.post_event = post_event  # callable(body, type, reason, message) or None
@@ -144,26 +101,10 @@ class Reconciler:
         # The same answer without blocking, or None when discovery must be asked (a thread hop
         # costs milliseconds before the status write under load; discovery is asked rarely).
         self.apis_fresh = apis_fresh
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        # The last status we wrote (with its resourceVersion) and the last apply responses, so a
-        # reconcile that runs before the watch delivers our own writes does not redo them.
-        self._written: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
-        # (namespace, owner) -> (kind, name) -> our last apply response, until the child watch
-        # delivers that version (per owner, so a reconcile reads only its own children).
-        self._applied: dict[tuple[str, str], dict[ChildKey, Mapping[str, Any]]] = {}
-        # (namespace, owner) -> (kind, name) -> the newest resourceVersion the child watch
-        # delivered while our apply of that child was on its way (0: none yet). The watch can
-        # deliver our own write before its response returns; that echo needs no reconcile.
-        self._in_flight: dict[tuple[str, str], dict[ChildKey, int]] = {}
-        # The parsed object per (uid, generation): the spec cannot change without a new
-        # generation, and parsing (schema, CEL rules, pydantic) is half a reconcile's CPU.
-        self._parsed: dict[tuple[str, str], tuple[str, int, ServingObject]] = {}
-        self._gone: dict[str, None] = {}  # uids, oldest first
-        self._failures: dict[tuple[str, str], int] = {}  # consecutive refused reconciles
+        # Per object: its lock, read-your-writes caches, parsed spec and back-off count (one
+        # record each, shared with the operator's state when it passes its own).
+        self.records = records if records is not None else Records()
         self.statefulset_refusals = StatefulSetRefusals(kube)
-
-    def _lock(self, namespace: str, name: str) -> asyncio.Lock:
-        return self._locks.setdefault((namespace, name), asyncio.Lock())
 
     async def reconcile(
         self,
@@ -187,28 +128,29 @@ class Reconciler:
         """
         namespace, name = key
         started = time.perf_counter()
-        async with self._lock(namespace, name):
+        rec = self.records.ensure(key)
+        async with rec.lock:
             body = body_of()
             if body is None or self.is_gone(body):  # deleted meanwhile
                 self.forget(key)
                 return None
-            body = self._freshest(key, body)
+            body = rec.freshest(body)
             uid = _uid(body)
-            live = self._merge_applied(key, live_of())
+            live = rec.merge_applied(live_of())
             try:
                 try:
                     statefulsets = list(statefulsets_of()) if statefulsets_of else []
                     groups = groups_of() if groups_of is not None else {}
                     outcome = await self._reconcile(
-                        body, nodes_of(), live, statefulsets, groups, status_only
+                        rec, body, nodes_of(), live, statefulsets, groups, status_only
                     )
                 except SpecError as exc:
                     metrics.RECONCILES.labels(trigger, "invalid").inc()
                     observed = Observed.from_body(body, live)
-                    status = invalid_spec_plan_status(observed, exc.one_line(), _now())
-                    if status != body.get("status"):
-                        await self._write_status(key, uid, status)
-                        self._event(body, "Warning", EVENT_INVALID_SPEC, exc.one_line())
+                    actions = invalid_spec_actions(
+                        observed, exc.one_line(), _now(), body.get("status") or {}
+                    )
+                    await self._execute(rec, key, uid, body, actions, Outcome())
                     return Outcome(status_patched=True)
             except OwnerGone:
                 # Deleted (or replaced) while we worked: the work ends here, quietly.
@@ -222,14 +164,8 @@ class Reconciler:
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         blocked = bool(outcome.refused or outcome.foreign)
-        if blocked:
-            # The wait doubles per back-off step, not per watch event: the LeaderWorkerSet's
-            # status updates while its pods start would otherwise push it to minutes at once.
-            if trigger == BACKOFF_TRIGGER or key not in self._failures:
-                self._failures[key] = self._failures.get(key, 0) + 1
-            outcome.retry_after = self.retry_delay(key)
-        else:
-            self._failures.pop(key, None)
+        rec.failures = next_failures(rec.failures, blocked=blocked, trigger=trigger)
+        outcome.retry_after = backoff_delay(rec.failures)
         metrics.RECONCILES.labels(trigger, "refused" if blocked else "ok").inc()
         log.info(
             "Reconciled DeepSeekServing",
@@ -250,106 +186,36 @@ class Reconciler:
 
     def is_gone(self, body: Mapping[str, Any]) -> bool:
         """Whether ``body`` is a DeepSeekServing we saw deleted (a stale index entry)."""
-        uid = _uid(body)
-        return bool(uid) and uid in self._gone
+        return self.records.is_gone(_uid(body))
 
     def gone(self, key: tuple[str, str], uid: str) -> None:
         """``key`` (with ``uid``) was deleted: never work for it again, forget all about it."""
-        if uid and uid not in self._gone:
-            self._gone[uid] = None
-            while len(self._gone) > GONE_MEMORY:
-                del self._gone[next(iter(self._gone))]
+        if self.records.bury(uid):
             log.info(
                 "DeepSeekServing is gone; its work ends",
                 extra={"namespace": key[0], "name_": key[1], "uid": uid},
             )
-        self.forget(key)
+        self.forget(key, uid)
 
-    def retry_delay(self, key: tuple[str, str]) -> float | None:
-        """The backoff before the next try while ``key``'s children are refused or in the way
-        (the one place the formula lives)."""
-        failures = self._failures.get(key, 0)
-        return min(BACKOFF_FIRST_S * 2 ** (failures - 1), BACKOFF_MAX_S) if failures else None
+    def forget(self, key: tuple[str, str], uid: str = "") -> None:
+        """Drop what we remember about a deleted DeepSeekServing (given ``uid``: unless the
+        record now holds a newer object of that name, whose body and handled pair stay)."""
+        rec = self.records.get(key)
+        body_uid = _uid(rec.body) if rec is not None and rec.body is not None else ""
+        if rec is None or not uid or not body_uid or body_uid == uid:
+            self.records.forget(key)
+        else:
+            self.records.replace(key, rec.reconciler_state_dropped())
 
-    def forget(self, key: tuple[str, str]) -> None:
-        """Drop what we remember about a deleted DeepSeekServing."""
-        self._written.pop(key, None)
-        self._failures.pop(key, None)
-        self._locks.pop(key, None)
-        self._parsed.pop(key, None)
-        self._applied.pop(key, None)
-        self._in_flight.pop(key, None)
-
-    def _freshest(self, key: tuple[str, str], body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """``body`` with the status we last wrote, if the watch has not delivered it yet."""
-        written = self._written.get(key)
-        if written is None:
-            return body
-        rv, status = written
-        if _rv(body) >= rv:
-            return body
-        return {**body, "status": status}
-
-    def serving_observed(self, key: tuple[str, str], body: Mapping[str, Any]) -> None:
-        """The watch delivered ``body``: once it holds the status we last wrote, our copy of
-        that status is not needed any more (1,000 objects would otherwise keep it twice)."""
-        written = self._written.get(key)
-        if written is not None and _rv(body) >= written[0]:
-            del self._written[key]
-
-    def _merge_applied(
-        self, key: tuple[str, str], live: Mapping[ChildKey, Mapping[str, Any]]
-    ) -> dict[ChildKey, Mapping[str, Any]]:
-        """This object's live children, newer apply responses winning over lagging index entries."""
-        merged = dict(live)
-        applied = self._applied.get(key) or {}
-        for child, obj in list(applied.items()):
-            current = merged.get(child)
-            if current is None or _rv(current) < _rv(obj):
-                merged[child] = obj
-            else:  # the watch caught up
-                del applied[child]
-        return merged
-
-    def child_observed(
-        self, namespace: str, owner: str, kind: str, name: str, body: Mapping[str, Any]
-    ) -> bool:
-        """The child watch delivered ``body``: whether it is exactly the version of a child that
-        our last apply wrote (its echo).
-
-        That echo tells nothing new (the reconcile that wrote it already holds the response), so
-        it needs no reconcile; any later change (a controller's status update, a hand edit) has
-        a newer resourceVersion. Once the watch has delivered our version, the store holds it
-        and the apply response is dropped (1,000 objects would otherwise keep 2,000 bodies).
-        """
-        flying = self._in_flight.get((namespace, owner))
-        if flying is not None and (kind, name) in flying:
-            # Our apply of it has not returned yet: this is its echo or a change that overtook
-            # it; the apply's end decides (see :meth:`_landed`).
-            flying[(kind, name)] = max(flying[(kind, name)], _rv(body))
-            return True
-        applied = self._applied.get((namespace, owner)) or {}
-        ours = applied.get((kind, name))
-        if ours is None or _rv(ours) == 0:
-            return False
-        if _rv(body) >= _rv(ours):
-            del applied[(kind, name)]
-            if not applied:
-                self._applied.pop((namespace, owner), None)
-        return _rv(ours) == _rv(body)
-
-    def child_deleted(self, namespace: str, kind: str, name: str, owner: str | None = None) -> None:
-        """A child is gone: never mistake our old apply response for it."""
-        owners = [(namespace, owner)] if owner else [k for k in self._applied if k[0] == namespace]
-        for key in owners:
-            (self._applied.get(key) or {}).pop((kind, name), None)
-
-    async def _write_status(self, key: tuple[str, str], uid: str, status: dict[str, Any]) -> None:
+    async def _write_status(
+        self, rec: ServingRecord, key: tuple[str, str], uid: str, status: dict[str, Any]
+    ) -> None:
         response = await self.kube.patch_status(key[0], key[1], uid, status)
-        self._written[key] = (_rv(response or {}), status)
+        rec.written = (_rv(response or {}), status)
 
     async def _reconcile(
         self,
+        rec: ServingRecord,
         body: Mapping[str, Any],
         inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
@@ -357,158 +223,123 @@ class Reconciler:
         groups: Mapping[int, GroupPods] | None = None,
         status_only: bool = False,
     ) -> Outcome:
-        obj = self._parse(body)
-        # The watches select children by our labels; only those this object controls are its
-        # own (read, written, deleted). The rest (a copy of our labels, the children of a
-        # deleted object of the same name) are never adopted, written over or deleted.
-        strangers = {k: v for k, v in live.items() if not controlled_by(v, obj.uid)}
-        live = {k: v for k, v in live.items() if k not in strangers}
+        obj = _parse(rec, body)
+        ours, strangers = split_children(live, obj.uid)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
-        leaderworkerset = live.get((LWS_KIND, obj.name))
+        leaderworkerset = ours.get((LWS_KIND, obj.name))
         if leaderworkerset is not None:  # ours: it and its StatefulSets report their refusals
             pod_refusals, recheck = await self.statefulset_refusals.read(
                 obj.namespace, statefulsets, leaderworkerset
             )
-        observed = Observed.from_body(body, live, pod_refusals, groups)
+        observed = Observed.from_body(body, ours, pod_refusals, groups)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
-        res = planned.resolution
-        outcome = Outcome(resolution=res, recheck_after=recheck)
-        desired = planned.objects
-        desired_keys = {(o["kind"], o["metadata"]["name"]) for o in desired}
-        # Writes are started only once the owner is known to live (no coroutine is left
-        # un-awaited when it is not).
-        writes: list[Callable[[], Awaitable[None]]] = []
-        for manifest in [] if status_only else desired:
-            key = (manifest["kind"], manifest["metadata"]["name"])
-            current = live.get(key)
-            if key in strangers:
-                owner = describe_owner(strangers[key])
-                outcome.foreign.append(ForeignObject(key[0], key[1], owner).message)
-            elif current is None or not contains(current, manifest):
-                writes.append(
-                    functools.partial(self._apply, obj, manifest, outcome, current is None)
-                )
-                outcome.applied.append(f"{key[0]}/{key[1]}")
-                if key == (LWS_KIND, obj.name):
-                    # Its controller may fail to create a StatefulSet for what we just wrote and
-                    # say so only in an Event, changing nothing we watch: look again.
-                    outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
-        for (kind, child), child_body in live.items():  # ours only (strangers stay)
-            if (kind, child) not in desired_keys and not status_only:
-                api_version = str(child_body.get("apiVersion") or "")
-                writes.append(
-                    functools.partial(self.kube.delete, api_version, kind, obj.namespace, child)
-                )
-                (self._applied.get((obj.namespace, obj.name)) or {}).pop((kind, child), None)
-                outcome.deleted.append(f"{kind}/{child}")
-
-        serving_key = (obj.namespace, obj.name)
-        old_status = observed.raw_status
+        outcome = Outcome(resolution=planned.resolution, recheck_after=recheck)
         status = planned.status_dict
-        if status != old_status:
-            # The decision is known before any child exists: publish it first, so users (and
-            # `kubectl get dss`) see BackendResolved without waiting for the workload writes.
-            # The uid precondition also proves the owner still lives.
-            await self._write_status(serving_key, obj.uid, status)
-            outcome.status_patched = True
-        elif writes:
-            # Index entries can outlive their object (a watch restarted across the deletion):
-            # never recreate children for an owner the API server no longer has.
-            await self.kube.check_owner(obj.namespace, obj.name, obj.uid)
-        await asyncio.gather(*(write() for write in writes))
-        # WorkloadApplied appears when a child is first refused or in the way (and flips to
-        # True once every child is written); the normal path costs no extra status write.
-        # A status-only reconcile wrote nothing, so it cannot tell: the condition stays.
-        blocked = bool(outcome.refused or outcome.foreign)
-        was_blocked = _condition_status(status, WORKLOAD_APPLIED) == "False"
-        if not status_only and (blocked or was_blocked):
-            updated = with_workload_applied(
-                status,
-                outcome.refused,
-                generation=obj.generation,
-                now=_now(),
-                foreign=outcome.foreign,
-            )
-            if updated != status:
-                await self._write_status(serving_key, obj.uid, updated)
-                outcome.status_patched = True
-            # Told once per new refusal, not per retry nor per other status change.
-            if _said(updated, WORKLOAD_APPLIED) != _said(status, WORKLOAD_APPLIED):
-                if outcome.foreign:
-                    self._event(body, "Warning", EVENT_FOREIGN_OBJECT, "; ".join(outcome.foreign))
-                if outcome.refused:
-                    self._event(
-                        body,
-                        "Warning",
-                        EVENT_WORKLOAD_REFUSED,
-                        "the API server refused " + "; ".join(outcome.refused),
-                    )
-        old = observed.status
-        old_decision = (
-            old.resolved.moe_backend if old and old.resolved else None,
-            old.decision.reason if old and old.decision else None,
+        writes = write_actions(
+            planned.objects,
+            ours,
+            strangers,
+            status,
+            observed.raw_status,
+            owner_name=obj.name,
+            status_only=status_only,
         )
-        if old_decision != (res.moe_backend, res.reason):
-            metrics.DECISIONS.labels(res.moe_backend, res.reason).inc()
-            verb = "Decided" if old_decision == (None, None) else "Changed decision"
-            self._event(
-                body,
-                "Normal" if res.backend_runnable else "Warning",
-                EVENT_BACKEND_RESOLVED if res.backend_runnable else EVENT_BACKEND_UNRUNNABLE,
-                f"{verb}: --moe-backend {res.moe_backend} ({res.reason}); sequence parallel "
-                f"{'on' if res.sequence_parallel else 'off'}; {res.message}",
-            )
+        outcome.foreign.extend(writes.foreign)
+        if writes.lws_written:
+            # Its controller may fail to create a StatefulSet for what we just wrote and say so
+            # only in an Event, changing nothing we watch: look again.
+            outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
+        await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, writes.actions, outcome)
+        then = after_write_actions(
+            status,
+            outcome.refused,
+            outcome.foreign,
+            generation=obj.generation,
+            now=_now(),
+            status_only=status_only,
+        )
+        await self._execute(
+            rec,
+            (obj.namespace, obj.name),
+            obj.uid,
+            body,
+            then + decision_actions(observed, planned.resolution),
+            outcome,
+        )
         return outcome
 
-    def _parse(self, body: Mapping[str, Any]) -> ServingObject:
-        """``parse_serving(body)``, remembered for the object's uid and generation."""
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
-        uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
-        cached = self._parsed.get(key)
-        if cached is not None and cached[:2] == (uid, generation):
-            return cached[2]
-        obj = parse_serving(dict(body))
-        self._parsed[key] = (uid, generation, obj)
-        return obj
-
-    def _landed(
-        self, owner: tuple[str, str], child: ChildKey, response: Any, outcome: Outcome
+    async def _execute(
+        self,
+        rec: ServingRecord,
+        key: tuple[str, str],
+        uid: str,
+        body: Mapping[str, Any],
+        actions: Iterable[Action],
+        outcome: Outcome,
     ) -> None:
-        """Our apply of ``child`` ended (``response`` None: it failed): a newer version the watch
-        delivered meanwhile (someone else's write) asks for another reconcile."""
-        flying = self._in_flight.get(owner) or {}
-        seen = flying.pop(child, 0)
-        if not flying:
-            self._in_flight.pop(owner, None)
-        written = _rv(response) if isinstance(response, Mapping) else 0
-        if seen > written:
-            outcome.children_changed_meanwhile = True
+        """Run ``actions`` in order; a run of child writes goes out at once (concurrently).
+
+        Writes are started only once the owner is known to live (a status patch's uid
+        precondition or :class:`CheckOwner` comes first), so no coroutine is left un-awaited
+        when it is not."""
+        batch: list[Awaitable[None]] = []
+        for action in [*actions, None]:
+            if isinstance(action, Apply | Delete):
+                batch.append(self._write(rec, key[0], uid, action, outcome))
+                continue
+            if batch:
+                await asyncio.gather(*batch)
+                batch = []
+            if isinstance(action, PatchStatus):
+                await self._write_status(rec, key, uid, dict(action.status))
+                outcome.status_patched = True
+            elif isinstance(action, CheckOwner):
+                await self.kube.check_owner(key[0], key[1], uid)
+            elif isinstance(action, PostEvent):
+                self._event(body, action.type, action.reason, action.message)
+            elif isinstance(action, Decided):
+                metrics.DECISIONS.labels(action.moe_backend, action.reason).inc()
+
+    def _write(
+        self, rec: ServingRecord, namespace: str, uid: str, action: Apply | Delete, outcome: Outcome
+    ) -> Awaitable[None]:
+        """The coroutine of one child write (recorded in ``outcome`` as it is planned)."""
+        if isinstance(action, Apply):
+            kind, name = action.child
+            outcome.applied.append(f"{kind}/{name}")
+            return self._apply(rec, uid, dict(action.manifest), outcome, action.unseen)
+        rec.applied.pop((action.kind, action.name), None)
+        outcome.deleted.append(f"{action.kind}/{action.name}")
+        return self.kube.delete(action.api_version, action.kind, namespace, action.name)
 
     async def _apply(
-        self, obj: ServingObject, manifest: dict[str, Any], outcome: Outcome, unseen: bool
+        self,
+        rec: ServingRecord,
+        uid: str,
+        manifest: dict[str, Any],
+        outcome: Outcome,
+        unseen: bool,
     ) -> None:
         """Write one child; ``unseen``: the watches show no object of its name, so the API
         server is asked first whether one of someone else's is there."""
-        owner = (obj.namespace, obj.name)
         child = (manifest["kind"], manifest["metadata"]["name"])
-        self._in_flight.setdefault(owner, {})[child] = 0
+        rec.in_flight[child] = 0
         response: Any = None
         try:
             if unseen:
-                response = await self.kube.apply(manifest, only_if_ours=obj.uid)
+                response = await self.kube.apply(manifest, only_if_ours=uid)
             else:
                 response = await self.kube.apply(manifest)
         except ForeignObject as exc:
-            self._landed(owner, child, None, outcome)
+            outcome.children_changed_meanwhile |= rec.landed(child, None)
             outcome.foreign.append(exc.message)
             return
         except Exception as exc:
-            self._landed(owner, child, None, outcome)
+            outcome.children_changed_meanwhile |= rec.landed(child, None)
             refused = refusal(exc)
             if refused is None:  # an outage or a "try again" answer: run_reconcile retries
                 raise
@@ -516,14 +347,11 @@ class Reconciler:
                 f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"
             )
             return
-        self._landed(owner, child, response, outcome)
+        outcome.children_changed_meanwhile |= rec.landed(child, response)
         metrics.APPLIES.labels(manifest["kind"]).inc()
         if isinstance(response, dict):
-            # managedFields is as large as the object and never read: do not hold it.
-            (response.get("metadata") or {}).pop("managedFields", None)
-            self._applied.setdefault((obj.namespace, obj.name), {})[
-                (manifest["kind"], manifest["metadata"]["name"])
-            ] = response
+            # Kept as the child stores keep it (identity, status, the digest of our fields).
+            rec.applied[child] = reduced_child(response)
 
     def _event(self, body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
         if self.post_event is not None:
@@ -531,3 +359,16 @@ class Reconciler:
                 self.post_event(body, etype, reason, message[:1000])
             except Exception:  # events are best effort; the status carries the same facts
                 log.exception("Posting an event failed")
+
+
+def _parse(rec: ServingRecord, body: Mapping[str, Any]) -> ServingObject:
+    """``parse_serving(body)``, remembered for the object's uid and generation (parsing: schema,
+    CEL rules, pydantic, is half a reconcile's CPU; the spec cannot change without a new
+    generation)."""
+    meta = body.get("metadata") or {}
+    uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
+    if rec.parsed is not None and rec.parsed[:2] == (uid, generation):
+        return rec.parsed[2]
+    obj = parse_serving(dict(body))
+    rec.parsed = (uid, generation, obj)
+    return obj

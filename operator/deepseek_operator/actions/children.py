@@ -1,0 +1,80 @@
+"""Children and their owner: whose a child is, whether it still holds what we applied (pure)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from deepseek_operator.names import KIND
+from deepseek_operator.plan import ChildKey
+
+
+def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference with ``controller: true`` of ``body`` (None: it has none)."""
+    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return ref
+    return None
+
+
+def controlled_by(body: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``body``'s controller is the object ``uid`` (the only children we write)."""
+    ref = controller_of(body)
+    return ref is not None and bool(uid) and ref.get("uid") == uid
+
+
+def describe_owner(body: Mapping[str, Any]) -> str:
+    """``body``'s controller as a user names it: ``LeaderWorkerSet/x``, or ``no owner``."""
+    ref = controller_of(body)
+    if ref is None:
+        return "no owner"
+    who = f"{ref.get('kind')}/{ref.get('name')}"
+    return f"{who} (uid {ref.get('uid')})" if ref.get("kind") == KIND else who
+
+
+def foreign_message(kind: str, name: str, owner: str) -> str:
+    """Why a child is not written: its name is taken by ``owner``'s object (or no one's)."""
+    whose = "has no owner" if owner == "no owner" else f"belongs to {owner}"
+    return (
+        f"{kind}/{name} already exists and {whose}: it is not this DeepSeekServing's, "
+        "and the operator does not write over it (delete or rename that object)"
+    )
+
+
+def contains(live: Any, desired: Any) -> bool:
+    """Whether ``live`` holds every field of ``desired`` with the same value (defaults aside)."""
+    if isinstance(desired, dict):
+        if not isinstance(live, Mapping):
+            return False
+        return all(k in live and contains(live[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(live) != len(desired):
+            return False
+        return all(contains(a, b) for a, b in zip(live, desired, strict=True))
+    return bool(live == desired)
+
+
+# The key under which a child store's reduced child carries the rest of its body as compact
+# JSON (bytes hold a few KB where the parsed tree took tens): read only to judge drift.
+PACKED_BODY = "packedBody"
+
+
+def drifted(live: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
+    """Whether ``live`` no longer holds every field of ``manifest`` (:func:`contains`), reading
+    a reduced child's packed body when the store keeps it so."""
+    packed = live.get(PACKED_BODY)
+    if isinstance(packed, bytes):
+        return not contains(json.loads(packed), manifest)
+    return not contains(live, manifest)
+
+
+def split_children(
+    live: Mapping[ChildKey, Mapping[str, Any]], uid: str
+) -> tuple[dict[ChildKey, Mapping[str, Any]], dict[ChildKey, Mapping[str, Any]]]:
+    """(ours, strangers): the watches select children by our labels; only those ``uid``
+    controls are its own (read, written, deleted). The rest (a copy of our labels, the children
+    of a deleted object of the same name) are never adopted, written over or deleted."""
+    ours = {k: v for k, v in live.items() if controlled_by(v, uid)}
+    strangers = {k: v for k, v in live.items() if k not in ours}
+    return ours, strangers

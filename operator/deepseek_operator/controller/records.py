@@ -1,0 +1,194 @@
+"""One record per DeepSeekServing: everything the operator remembers about that object.
+
+The latest body (from kopf's events), the (uid, generation) last reconciled for a spec, the
+reconcile lock, the read-your-writes caches (the status we last wrote, apply responses the watch
+has not delivered yet, applies on their way), the parsed spec and the back-off count all live on
+one :class:`ServingRecord`, so forgetting a deleted object is one ``pop`` and a test can count
+what is left. (What the *cluster* holds, children and pods, is mirrored by the watches' stores
+and leaves with the objects themselves; a pending reconcile lives in the queue until it runs.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepseek_operator.api.load import ServingObject
+from deepseek_operator.plan import ChildKey
+
+ServingKey = tuple[str, str]  # (namespace, name)
+# uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
+GONE_MEMORY = 10_000
+
+
+@dataclass(slots=True, eq=False)
+class ServingRecord:
+    """What the operator remembers about one DeepSeekServing."""
+
+    # The latest body kopf delivered (None: only the reconciler knows the object so far).
+    body: Mapping[str, Any] | None = None
+    # (uid, generation) last reconciled for a spec: an event with the same pair (a status echo,
+    # a label edit) needs no reconcile.
+    handled: tuple[str, int] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The last status we wrote with its resourceVersion, until the watch delivers it.
+    written: tuple[int, dict[str, Any]] | None = None
+    # (kind, name) -> our last apply response, until the child watch delivers that version.
+    applied: dict[ChildKey, Mapping[str, Any]] = field(default_factory=dict)
+    # (kind, name) -> the newest resourceVersion the child watch delivered while our apply of
+    # that child was on its way (0: none yet).
+    in_flight: dict[ChildKey, int] = field(default_factory=dict)
+    # (uid, generation, the parsed object): the spec cannot change without a new generation.
+    parsed: tuple[str, int, ServingObject] | None = None
+    failures: int = 0  # consecutive blocked reconciles (the back-off's step)
+
+    def freshest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``body`` with the status we last wrote, if the watch has not delivered it yet."""
+        if self.written is None:
+            return body
+        rv, status = self.written
+        if resource_version(body) >= rv:
+            return body
+        return {**body, "status": status}
+
+    def merge_applied(
+        self, live: Mapping[ChildKey, Mapping[str, Any]]
+    ) -> dict[ChildKey, Mapping[str, Any]]:
+        """The live children, newer apply responses winning over lagging index entries."""
+        merged = dict(live)
+        for child, obj in list(self.applied.items()):
+            current = merged.get(child)
+            if current is None or resource_version(current) < resource_version(obj):
+                merged[child] = obj
+            else:  # the watch caught up
+                del self.applied[child]
+        return merged
+
+    def echo(self, child: ChildKey, body: Mapping[str, Any]) -> bool:
+        """The child watch delivered ``body``: whether it is exactly the version of a child that
+        our last apply wrote (its echo).
+
+        That echo tells nothing new (the reconcile that wrote it already holds the response), so
+        it needs no reconcile; any later change (a controller's status update, a hand edit) has
+        a newer resourceVersion. Once the watch has delivered our version, the store holds it
+        and the apply response is dropped (1,000 objects would otherwise keep 2,000 bodies).
+        """
+        rv = resource_version(body)
+        if child in self.in_flight:
+            # Our apply of it has not returned yet: this is its echo or a change that overtook
+            # it; the apply's end decides (see :meth:`landed`).
+            self.in_flight[child] = max(self.in_flight[child], rv)
+            return True
+        ours = self.applied.get(child)
+        if ours is None or resource_version(ours) == 0:
+            return False
+        if rv >= resource_version(ours):
+            del self.applied[child]
+        return resource_version(ours) == rv
+
+    def landed(self, child: ChildKey, response: Any) -> bool:
+        """Our apply of ``child`` ended (``response`` None: it failed): whether a newer version
+        the watch delivered meanwhile (someone else's write) asks for another reconcile."""
+        seen = self.in_flight.pop(child, 0)
+        written = resource_version(response) if isinstance(response, Mapping) else 0
+        return seen > written
+
+    def reconciler_state_dropped(self) -> ServingRecord:
+        """A record that keeps only what kopf told (body, handled): a replaced object's caches
+        must never leak into its successor's reconciles."""
+        return ServingRecord(body=self.body, handled=self.handled)
+
+
+def resource_version(obj: Mapping[str, Any]) -> int:
+    """resourceVersion as an int (etcd revisions are integers; 0 when absent or opaque)."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+class Records:
+    """Every :class:`ServingRecord`, by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[ServingKey, ServingRecord] = {}
+        # The uids of deleted objects, oldest first: the one thing kept after a delete (bounded),
+        # so a late event of a deleted object never brings it back.
+        self._gone: dict[str, None] = {}
+
+    def bury(self, uid: str) -> bool:
+        """Remember ``uid`` as deleted; whether it was news."""
+        if not uid or uid in self._gone:
+            return False
+        self._gone[uid] = None
+        while len(self._gone) > GONE_MEMORY:
+            del self._gone[next(iter(self._gone))]
+        return True
+
+    def is_gone(self, uid: str) -> bool:
+        """Whether the object ``uid`` was seen deleted."""
+        return bool(uid) and uid in self._gone
+
+    def tombstones(self) -> int:
+        """How many deleted uids are remembered."""
+        return len(self._gone)
+
+    def get(self, key: ServingKey) -> ServingRecord | None:
+        """The record of ``key`` (None: nothing remembered)."""
+        return self._by_key.get(key)
+
+    def ensure(self, key: ServingKey) -> ServingRecord:
+        """The record of ``key``, made empty if there is none."""
+        rec = self._by_key.get(key)
+        if rec is None:
+            rec = self._by_key[key] = ServingRecord()
+        return rec
+
+    def forget(self, key: ServingKey) -> None:
+        """Drop all the operator remembers about ``key``."""
+        self._by_key.pop(key, None)
+
+    def replace(self, key: ServingKey, rec: ServingRecord) -> None:
+        """Put ``rec`` in place of ``key``'s record."""
+        self._by_key[key] = rec
+
+    def serving_observed(self, key: ServingKey, body: Mapping[str, Any]) -> None:
+        """The watch delivered ``body``: once it holds the status we last wrote, our copy of
+        that status is not needed any more (1,000 objects would otherwise keep it twice)."""
+        rec = self._by_key.get(key)
+        if rec is not None and rec.written is not None and resource_version(body) >= rec.written[0]:
+            rec.written = None
+
+    def child_observed(
+        self, namespace: str, owner: str, kind: str, name: str, body: Mapping[str, Any]
+    ) -> bool:
+        """Whether ``body``, from the child watch, is the echo of our own apply
+        (:meth:`ServingRecord.echo`)."""
+        rec = self._by_key.get((namespace, owner))
+        return rec is not None and rec.echo((kind, name), body)
+
+    def child_deleted(self, namespace: str, kind: str, name: str, owner: str | None = None) -> None:
+        """A child is gone: never mistake our old apply response for it."""
+        if owner:
+            rec = self._by_key.get((namespace, owner))
+            recs = [rec] if rec is not None else []
+        else:
+            recs = [r for k, r in self._by_key.items() if k[0] == namespace]
+        for rec in recs:
+            rec.applied.pop((kind, name), None)
+
+    def bodies(self) -> Iterator[tuple[ServingKey, Mapping[str, Any]]]:
+        """(key, latest body) of every object kopf has told about (a snapshot)."""
+        return iter([(k, r.body) for k, r in self._by_key.items() if r.body is not None])
+
+    def items(self) -> list[tuple[ServingKey, ServingRecord]]:
+        """Every (key, record) (a snapshot)."""
+        return list(self._by_key.items())
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key

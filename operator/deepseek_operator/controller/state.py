@@ -1,0 +1,382 @@
+"""The operator process's state, and what each watch event makes of it.
+
+:class:`OperatorState` is kopf's ``memo``, passed to every handler: the API client, the
+reconciler, one record per DeepSeekServing (:mod:`.records`), the cache of children
+(:mod:`.cache`), the node index, the watches (declared in :mod:`.watches`) and the reconcile
+queue (:mod:`.queue`). A DeepSeekServing event (kopf's) keeps its latest body and, for a new
+object, a new generation or one first seen at start-up, reconciles it at once; resumes (every
+object at a restart) wait their turn, a few at a time, so a new object is acted on at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import gc
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import kopf
+
+from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
+from deepseek_operator.controller import metrics
+from deepseek_operator.controller.cache import Stores, kept
+from deepseek_operator.controller.discovery import ClusterApiProbe
+from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.controller.list_watch import ListWatch
+from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
+from deepseek_operator.controller.peering_gate import PeeringGate
+from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_key
+from deepseek_operator.controller.queue import ReconcileQueue
+from deepseek_operator.controller.reconcile import Outcome, Reconciler
+from deepseek_operator.controller.records import Records, ServingKey
+from deepseek_operator.controller.watches import (
+    CHILD_KINDS,
+    LIST_WATCHES,
+    NODE_DEBOUNCE_S,
+    POD_DEBOUNCE_S,
+    Asks,
+    Watch,
+)
+from deepseek_operator.nodes.facts import NodeFacts
+
+log = logging.getLogger("deepseek_operator.controller")
+
+# Resume reconciles running at once (a restart resumes every object).
+RESUME_CONCURRENCY = 4
+
+
+def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
+    kopf.event(dict(body), type=etype, reason=reason, message=message)  # type: ignore[arg-type]
+
+
+class OperatorState:
+    """The operator process's state: API client, reconciler, stores, watches, pending reconciles.
+
+    It is kopf's ``memo``: kopf shallow-copies the memo for every object it handles, so
+    :meth:`__copy__` returns the one instance every handler must share.
+    """
+
+    def __init__(
+        self,
+        compute_domain_enabled: bool = True,
+        namespaces: Sequence[str] = (),
+        peering: str | None = None,
+        priority: int | None = None,
+    ) -> None:
+        self.namespaces = tuple(namespaces)  # empty: the whole cluster
+        self.peering_name = peering  # None: standalone
+        self.peering = PeeringGate(priority if peering else None)
+        # One kept connection per writer thread plus one per open watch.
+        scopes = max(1, len(self.namespaces))
+        watches = 1 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
+        self.kube = KubeClient(extra_connections=watches)
+        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
+        self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
+        self.reconciler = Reconciler(
+            self.kube,
+            post_event=_post_event,
+            apis_of=self.apis.current,
+            apis_fresh=self.apis.fresh,
+            records=self.records,
+        )
+        self.nodes = NodeTracker()
+        self.stores = Stores()
+        self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
+        self.children_listed = asyncio.Event()  # set once every child watch has listed once
+        self._unlisted: set[str] = set()  # child watches yet to list
+        self.watches: list[ListWatch[Any]] = []
+        self.crd_watches: list[tuple[str, ListWatch[Any]]] = []  # (CRD, a watch of its kind)
+        self.queue = ReconcileQueue(
+            lambda key, trigger, status_only: self.run_reconcile(key, trigger, status_only),
+            lambda: self.kopf_context,
+        )
+        self.pods = PodGroups()
+        # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
+        # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
+        # in it, or posting their Events would fail.
+        self.kopf_context: contextvars.Context | None = None
+        # Resumes (every object, at each start) run a few at a time: a restart with 1,000
+        # DeepSeekServings must not hold back an object created meanwhile.
+        self.resumes = asyncio.Semaphore(RESUME_CONCURRENCY)
+
+    def __copy__(self) -> OperatorState:
+        return self
+
+    def body(self, key: ServingKey) -> Mapping[str, Any] | None:
+        """The latest body of a DeepSeekServing (None once deleted)."""
+        rec = self.records.get(key)
+        return rec.body if rec is not None else None
+
+    def start_watches(self) -> None:
+        """Start listing and watching what :data:`LIST_WATCHES` declares (from the loop)."""
+        loop = asyncio.get_running_loop()
+        for spec in LIST_WATCHES:
+            if spec.asks is Asks.NOTHING and not self.peering_name:
+                continue
+            for namespace in (self.namespaces or (None,)) if spec.namespaced else (None,):
+                name = spec.name(namespace)
+                on_listed, on_event = self._callbacks(spec, namespace, name)
+                watch: ListWatch[Any] = ListWatch(
+                    self.kube,
+                    loop,
+                    spec.path(namespace),
+                    spec.reduce,
+                    on_listed,
+                    on_event,
+                    label_selector=spec.selector,
+                    name=name,
+                )
+                self.watches.append(watch)
+                if spec.child or spec.kind == "StatefulSet":
+                    self._unlisted.add(name)  # every reconcile waits for their listing
+                if spec.crd is not None:
+                    self.crd_watches.append((spec.crd, watch))
+        for watch in self.watches:
+            watch.start()
+
+    def _callbacks(
+        self, spec: Watch, namespace: str | None, name: str
+    ) -> tuple[Callable[[dict[str, Any]], None], Callable[[str, str, Any], None]]:
+        """(on_listed, on_event) of one watch: where its objects go, and what they ask for."""
+        if spec.asks is Asks.MATCHING:  # Nodes
+            return self.nodes_seen, lambda t, key, facts: self.node_seen(
+                key, None if t == "DELETED" else facts
+            )
+        if spec.asks is Asks.OWNER_STATUS:  # pods
+            return (
+                lambda snapshot: self.pods_listed(
+                    namespace, {pod_key(k): r for k, r in snapshot.items() if r is not None}
+                ),
+                lambda t, key, record: self.pod_seen(
+                    pod_key(key), None if t == "DELETED" else record
+                ),
+            )
+        if spec.child:
+            return (
+                functools.partial(self.children_seen, spec.kind, name),
+                functools.partial(self.child_seen, spec.kind),
+            )
+        if spec.kind == "StatefulSet":
+            return functools.partial(self.statefulsets_seen, name), self.statefulset_seen
+        return self._peerings_listed, self._peering_seen
+
+    def _ours(self, key: str) -> bool:
+        return key.rpartition("/")[2] == self.peering_name
+
+    def _peerings_listed(self, listed: dict[str, dict[str, Any]]) -> None:
+        self.peering.listed_all({k: v for k, v in listed.items() if self._ours(k)})
+
+    def _peering_seen(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        if self._ours(key):
+            self.peering.seen(kind, key, obj)
+
+    def stop_watches(self) -> None:
+        """Close every watch."""
+        for watch in self.watches:
+            watch.stop()
+
+    def crd_installed(self, crd: str) -> None:
+        """An add-on CRD came: its child watches ask for the kind again now."""
+        for served_by, watch in self.crd_watches:
+            if served_by == crd:
+                watch.poke()
+
+    def pods_listed(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> None:
+        """A full listing of our LWS pods in ``namespace`` (None: every namespace)."""
+        self.pods_changed(self.pods.replace(namespace, snapshot))
+
+    def pod_seen(self, key: PodKey, record: PodRecord | None) -> None:
+        """One pod event (``record`` None: deleted)."""
+        self.pods_changed(self.pods.observe(key, record))
+
+    def pods_changed(self, owners: set[ServingKey]) -> None:
+        """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
+        for owner in owners:
+            if self.body(owner) is not None:
+                self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)
+
+    def nodes_seen(self, listed: dict[str, NodeFacts]) -> None:
+        """A full Node listing (at start, or after the watch expired)."""
+        changes = self.nodes.replace_all(listed)
+        metrics.NODES.set(len(self.nodes))
+        keep_out_of_gc()
+        if self.nodes_listed.is_set():
+            self.nodes_changed(changes)
+        self.nodes_listed.set()
+
+    def node_seen(self, name: str, facts: NodeFacts | None) -> None:
+        """One Node event (``facts`` None: deleted)."""
+        change = self.nodes.observe(name, facts)
+        if change is None:
+            return  # a heartbeat or another change the decision does not read
+        metrics.NODES.set(len(self.nodes))
+        if self.nodes_listed.is_set():
+            self.nodes_changed([change])
+
+    def nodes_changed(self, changes: list[NodeChange]) -> None:
+        """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""
+        if not changes:
+            return
+        for key, serving in self.records.bodies():
+            if self.reconciler.is_gone(serving):
+                continue
+            selector = (serving.get("spec") or {}).get("nodeSelector") or {}
+            if any(change.may_affect(selector) for change in changes):
+                self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
+
+    def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
+        """A full listing of one child kind (at start, or after its watch expired)."""
+        changed = self.stores.children_listed(kind, listed)
+        self._listed(watch, changed)
+
+    def _listed(self, watch: str, changed: set[ServingKey]) -> None:
+        """A child watch's full listing is in: once every one has listed, children are known;
+        after that, a relisting reconciles the owners whose children it changed."""
+        if self.children_listed.is_set():
+            for owner in changed:
+                self._owner_changed(owner)
+        self._unlisted.discard(watch)
+        if not self._unlisted:
+            keep_out_of_gc()
+            self.children_listed.set()
+
+    def child_seen(self, kind: str, type_: str, key: str, body: dict[str, Any]) -> None:
+        """One event of a child: readiness, a hand edit, a deletion: reconcile its owner."""
+        deleted = type_ == "DELETED"
+        namespace, _, name = key.partition("/")
+        owner = self.stores.child_seen(kind, key, None if deleted else body)
+        if deleted:
+            self.records.child_deleted(namespace, kind, name, owner[1] if owner else None)
+        if owner is None:
+            return
+        if not deleted and self.records.child_observed(namespace, owner[1], kind, name, body):
+            return  # the watch echoing our own apply
+        self._owner_changed(owner)
+
+    def statefulsets_seen(self, watch: str, listed: dict[str, dict[str, Any]]) -> None:
+        """A full listing of LeaderWorkerSets' StatefulSets."""
+        changed = self.stores.statefulsets_listed(listed)
+        self._listed(watch, changed)
+
+    def statefulset_seen(self, type_: str, key: str, body: dict[str, Any]) -> None:
+        """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves,
+        if any (our LeaderWorkerSet is named after it), so pods its controller cannot create
+        surface as ``PodsRefused``."""
+        lws = self.stores.statefulset_seen(key, None if type_ == "DELETED" else body)
+        if lws is not None:
+            self._owner_changed(lws)
+
+    def _owner_changed(self, key: ServingKey) -> None:
+        body = self.body(key)
+        # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
+        if body is not None and not self.reconciler.is_gone(body):
+            self.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
+
+    def serving_seen(self, type_: str | None, body: Mapping[str, Any]) -> str | None:
+        """Keep a DeepSeekServing's latest body; the reason to reconcile it now, if any.
+
+        ``type_`` is the watch event's type (None: kopf's initial listing). The answer is
+        ``resume`` (first seen at start-up), ``create`` (a new uid), ``update`` (a new
+        generation: the spec changed) or None (a status echo, a metadata change, a deletion,
+        an object being deleted). A deleted object ends its work now (no zombie reconciles).
+        """
+        if self.kopf_context is None:
+            self.kopf_context = contextvars.copy_context()
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        uid = str(meta.get("uid") or "")
+        if type_ == "DELETED":
+            self.forget(key, uid)
+            return None
+        if self.reconciler.is_gone(body):
+            return None  # a late event of an object already deleted
+        rec = self.records.ensure(key)
+        rec.body = kept(body)
+        self.records.serving_observed(key, body)
+        if meta.get("deletionTimestamp"):
+            return None  # finalizers of others hold it; nothing of ours to do
+        seen = (uid, int(meta.get("generation") or 0))
+        before = rec.handled
+        if before == seen:
+            return None
+        rec.handled = seen
+        if type_ is None:
+            return "resume"
+        return "update" if before is not None and before[0] == uid else "create"
+
+    async def reconcile(
+        self, key: ServingKey, trigger: str, status_only: bool = False
+    ) -> Outcome | None:
+        """Reconcile ``key`` with whatever the stores hold once its turn comes."""
+        await self.nodes_listed.wait()  # never decide on a partial inventory
+        await self.children_listed.wait()  # nor on a partial view of what exists
+        stores = self.stores
+        return await self.reconciler.reconcile(
+            key,
+            lambda: self.body(key),
+            self.nodes.inventory,
+            lambda: stores.live_children(key),
+            trigger,
+            statefulsets_of=lambda: stores.lws_statefulsets(key),
+            groups_of=lambda: self.pods.groups(key),
+            status_only=status_only,
+        )
+
+    def schedule(
+        self, key: ServingKey, delay: float, trigger: str, status_only: bool = False
+    ) -> None:
+        """Reconcile ``key`` in ``delay`` seconds (folding into a pending one: :mod:`.queue`)."""
+        self.queue.schedule(key, delay, trigger, status_only=status_only)
+
+    async def run_reconcile(self, key: ServingKey, trigger: str, status_only: bool = False) -> None:
+        """Reconcile ``key`` now and schedule what its outcome asks for (a retry after an error
+        or a refusal, a recheck, another look at children that changed while we wrote them).
+
+        Never raises: a failure is one log line (no traceback) and a retry."""
+        if not self.peering.active():
+            # A standby: kopf paused this instance, another one acts. Should this one take
+            # over, the object's next event or listing must be reconciled, not taken as seen.
+            rec = self.records.get(key)
+            if rec is not None:
+                rec.handled = None
+            return
+        try:
+            outcome = await self.reconcile(key, trigger=trigger, status_only=status_only)
+        except Exception as exc:
+            log.error(
+                "Reconcile failed: %s: %s",
+                type(exc).__name__,
+                exc,
+                extra={"namespace": key[0], "name_": key[1], "trigger": trigger},
+            )
+            self.queue.retry_after_error(key, status_only)
+            return
+        if outcome is None:
+            return
+        self.queue.follow_up(
+            key,
+            follow_ups(
+                retry_after=outcome.retry_after,
+                recheck_after=outcome.recheck_after,
+                changed_meanwhile=outcome.children_changed_meanwhile,
+            ),
+        )
+
+    def forget(self, key: ServingKey, uid: str) -> None:
+        """``key`` was deleted: cancel its pending reconcile and drop its record."""
+        self.queue.cancel(key)
+        self.reconciler.gone(key, uid)
+
+
+def keep_out_of_gc() -> None:
+    """Exempt every object alive now (modules, the Node index, a listing's children) from the
+    cyclic garbage collector's future passes.
+
+    At 10,000 Nodes a full collection walked the whole index with the event loop stopped:
+    35-75 ms each, several a second while the heap grew and more while objects were reconciled
+    (5-10 ms once the index is frozen). Frozen objects are still freed by reference counting
+    when they are dropped."""
+    gc.freeze()

@@ -1,0 +1,138 @@
+"""Every watch the operator keeps, in one table: kind, API path, reducer, selector, and which
+reconcile an event asks for.
+
+Node facts and our children come from :class:`~.list_watch.ListWatch` threads (one LIST at
+start, then a WATCH; not kopf indexes, whose initial listing costs O(objects²)); every reconcile
+waits until the first listings are in, so a reconcile makes no LIST call. DeepSeekServings and
+the add-on CRDs come from kopf's own watches (the wiring registers a handler for each row
+``via="kopf"``).
+
+What an event asks for (:class:`Asks`):
+
+* ``MATCHING``: a Node change that alters GPU facts, labels, taints, readiness or allocatable
+  GPUs re-evaluates only the DeepSeekServings whose ``nodeSelector`` matches it (debounced).
+* ``OWNER``: a child event (readiness, hand edit, deletion) reconciles its owner; the echo of
+  our own apply (the very version it returned) does not. A StatefulSet our LeaderWorkerSet made
+  reconciles the DeepSeekServing of that name (its refused pods surface as ``PodsRefused``).
+* ``OWNER_STATUS``: a pod of our LeaderWorkerSet asks for a status-only reconcile of its owner
+  (``status.groups``), which never writes a child.
+* ``SELF``: a DeepSeekServing event reconciles it when it is new, has a new generation, or is
+  first seen at start-up (never for a status echo or a metadata-only change).
+* ``ALL``: an add-on CRD installed, established or removed re-decides every DeepSeekServing.
+* ``NOTHING``: kopf peering objects only tell whether this instance may act.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
+from deepseek_operator.controller.discovery import CD_CRD, LWS_CRD
+from deepseek_operator.controller.kube import group_version_prefix
+from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_record
+from deepseek_operator.names import (
+    API_VERSION,
+    COMPUTE_DOMAIN_API_VERSION,
+    COMPUTE_DOMAIN_KIND,
+    LABEL_MANAGED_BY,
+    LWS_API_VERSION,
+    LWS_KIND,
+    LWS_NAME_LABEL,
+    MANAGED_BY,
+    PLURAL,
+)
+
+CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+# Debounces: a burst of events costs one reconcile per object.
+NODE_DEBOUNCE_S = 1.0
+POD_DEBOUNCE_S = 1.0
+
+
+class Asks(enum.Enum):
+    """Which reconcile an event of a watch asks for."""
+
+    MATCHING = "the DeepSeekServings whose nodeSelector matches, after 1 s"
+    OWNER = "its owner (by label), after 0.2 s"
+    OWNER_STATUS = "a status-only reconcile of its owner, after 1 s"
+    SELF = "the object itself, at once (new, new generation, start-up)"
+    ALL = "every DeepSeekServing, after 1 s"
+    NOTHING = "no reconcile"
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
+@dataclass(frozen=True)
+class Watch:
+    """One watched kind."""
+
+    kind: str
+    api_version: str
+    plural: str
+    reduce: Callable[[dict[str, Any]], Any]  # what is kept of each object
+    asks: Asks
+    selector: str = ""  # a label selector
+    namespaced: bool = True  # listed per watched namespace (else cluster-wide only)
+    crd: str | None = None  # the add-on CRD that serves it (None: built in)
+    via: str = "list-watch"  # or "kopf": kopf's own watch (the wiring's handlers)
+    cluster_plural: str | None = None  # the cluster-wide collection, when named otherwise
+    child: bool = False  # a kind of child the operator writes
+
+    def path(self, namespace: str | None) -> str:
+        """The collection in ``namespace`` (None: the whole cluster)."""
+        if namespace and self.namespaced:
+            return f"{group_version_prefix(self.api_version)}/namespaces/{namespace}/{self.plural}"
+        return f"{group_version_prefix(self.api_version)}/{self.cluster_plural or self.plural}"
+
+    def name(self, namespace: str | None) -> str:
+        """The watch's (and its thread's) name."""
+        return f"{self.kind}-watch" + (f"-{namespace}" if namespace and self.namespaced else "")
+
+
+def _child(kind: str, api_version: str, plural: str, crd: str | None = None) -> Watch:
+    return Watch(
+        kind, api_version, plural, reduced_child, Asks.OWNER, CHILD_SELECTOR, crd=crd, child=True
+    )
+
+
+WATCHES: tuple[Watch, ...] = (
+    Watch(
+        "DeepSeekServing", API_VERSION, PLURAL, kept, Asks.SELF, via="kopf"
+    ),  # latest bodies kept in the records
+    Watch(
+        "CustomResourceDefinition",
+        "apiextensions.k8s.io/v1",
+        "customresourcedefinitions",
+        _identity,
+        Asks.ALL,
+        namespaced=False,
+        via="kopf",
+    ),
+    Watch("Node", "v1", "nodes", facts_of, Asks.MATCHING, namespaced=False),
+    _child("Deployment", "apps/v1", "deployments"),
+    _child("Service", "v1", "services"),
+    _child(LWS_KIND, LWS_API_VERSION, "leaderworkersets", LWS_CRD),
+    _child(COMPUTE_DOMAIN_KIND, COMPUTE_DOMAIN_API_VERSION, "computedomains", CD_CRD),
+    # StatefulSets LeaderWorkerSet makes (leader and per-group workers) carry its name, not our
+    # labels: watched, never written.
+    Watch(
+        "StatefulSet", "apps/v1", "statefulsets", reduced_statefulset, Asks.OWNER, LWS_NAME_LABEL
+    ),
+    Watch("Pod", "v1", "pods", pod_record, Asks.OWNER_STATUS, POD_SELECTOR),
+    # Only with --peering: kopf's peering objects say whether this instance may act.
+    Watch(
+        "KopfPeering",
+        "kopf.dev/v1",
+        "kopfpeerings",
+        _identity,
+        Asks.NOTHING,
+        cluster_plural="clusterkopfpeerings",
+    ),
+)
+CHILD_KINDS = tuple(w for w in WATCHES if w.child)
+LIST_WATCHES = tuple(w for w in WATCHES if w.via == "list-watch")

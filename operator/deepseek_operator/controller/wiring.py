@@ -1,0 +1,108 @@
+"""kopf wiring: the handlers, registered on an explicit registry (:func:`registry`).
+
+Nothing registers by being imported: ``deepseek-operator run`` passes :func:`registry`'s answer
+to ``kopf.run``. DeepSeekServings come from one kopf event handler (no kopf create/update/resume
+handlers, so kopf writes no bookkeeping annotation: one PATCH less per object); the add-on CRDs
+from another. Handlers return nothing: kopf would otherwise write results into ``status``, which
+the structural schema prunes. Everything else is :class:`~.state.OperatorState`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from deepseek_operator.controller.discovery import ADDON_CRDS
+from deepseek_operator.controller.state import OperatorState, keep_out_of_gc
+from deepseek_operator.controller.watches import NODE_DEBOUNCE_S, WATCHES, Asks
+
+# kopf peering: a peer whose heartbeat is older than this is dead, so a standby operator takes
+# over within about this long after the active one is killed (kopf's default is 60 s).
+PEERING_LIFETIME_S = 8
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No last-handled state: every handler here is an event handler, which takes no diff.
+
+    kopf computes a diff for every event regardless, from a deep copy of the whole body
+    (``managedFields`` included), about a sixth of the operator's time in a burst of creates."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        """An empty essence (nothing is compared)."""
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """Nothing was stored."""
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        """Nothing is stored (kopf calls this only for change handlers, of which we have none)."""
+
+
+async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: Any) -> None:
+    """Peering, logging and watching settings; then start our own watches (API writes run on
+    the :class:`WriteQueue` threads, not on the loop's default executor)."""
+    # Two replicas without their peering object would both act: refuse to run instead.
+    settings.peering.mandatory = not settings.peering.standalone
+    settings.peering.lifetime = PEERING_LIFETIME_S
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = 16
+    settings.persistence.diffbase_storage = NoDiffBase()
+    keep_out_of_gc()  # everything imported and configured so far lives as long as the process
+    memo.start_watches()
+
+
+async def stop_watching(memo: OperatorState, **_: Any) -> None:
+    """Close the Node and child watches."""
+    memo.stop_watches()
+
+
+async def serving_event(type: str | None, body: kopf.Body, memo: OperatorState, **_: Any) -> None:
+    """Every event of a DeepSeekServing: keep its latest body and, for a new object, a new
+    generation or one first seen at start-up, reconcile it now (resumes a few at a time)."""
+    trigger = memo.serving_seen(type, body)
+    if trigger is None:
+        return
+    meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    if trigger == "resume":
+        async with memo.resumes:
+            await memo.run_reconcile(key, trigger)
+    else:
+        await memo.run_reconcile(key, trigger)
+
+
+async def addon_crd_changed(
+    name: str, type: str, body: kopf.Body, memo: OperatorState, **_: Any
+) -> None:
+    """LeaderWorkerSet or ComputeDomain installed, established or removed: decide again."""
+    if name not in ADDON_CRDS:
+        return
+    memo.apis.crd_seen(name, None if type == "DELETED" else body)
+    if type != "DELETED":
+        memo.crd_installed(name)
+    if type is None:  # the initial listing: resume reconciles every DeepSeekServing anyway
+        return
+    for key, _body in memo.records.bodies():
+        memo.schedule(key, delay=NODE_DEBOUNCE_S, trigger="crd")
+
+
+# The handler of each kopf-watched row of the watch table, by what its events ask for.
+KOPF_HANDLERS: dict[Asks, Any] = {Asks.SELF: serving_event, Asks.ALL: addon_crd_changed}
+
+
+def registry() -> kopf.OperatorRegistry:
+    """A registry holding every handler of the operator (and kopf's login with the kubernetes
+    client's configuration: kubeconfig or in-cluster)."""
+    reg = kopf.OperatorRegistry()
+    kopf.on.login(registry=reg)(kopf.login_via_client)
+    kopf.on.startup(registry=reg)(configure)
+    kopf.on.cleanup(registry=reg)(stop_watching)
+    for watch in WATCHES:
+        if watch.via == "kopf":
+            group, _, version = watch.api_version.rpartition("/")
+            kopf.on.event(group, version, watch.plural, registry=reg)(KOPF_HANDLERS[watch.asks])
+    return reg
