@@ -157,3 +157,82 @@ def test_a_downward_import_passes(tmp_path: pathlib.Path) -> None:
         "from deepseek_operator.engine.decision import resolve\nfrom deepseek_operator import names\n"
     )
     assert violations(package) == []
+
+
+def import_graph(package_dir: pathlib.Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (``from pkg import mod`` names ``pkg.mod``).
+
+    Every import counts: at module level, inside functions and under ``TYPE_CHECKING``.
+    """
+    sources = {_module_name(path, package_dir): path for path in sorted(package_dir.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        edges: set[str] = set()
+        tree = ast.parse(path.read_text())
+        for target in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+            if target in sources:
+                edges.add(target)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in sources:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    if sub in sources:  # ``from pkg import mod``: the module, not its package
+                        edges.add(sub)
+                        edges.discard(node.module)
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert import_cycles(import_graph(PKG)) == []
+
+
+def test_an_import_circle_is_found(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / ROOT_PACKAGE
+    (package / "api").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "api" / "__init__.py").write_text("")
+    (package / "api" / "spec.py").write_text("from deepseek_operator.api import rules\n")
+    (package / "api" / "rules.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from deepseek_operator.api.spec import Spec\n"
+    )
+    assert import_cycles(import_graph(package)) == [
+        ["deepseek_operator.api.rules", "deepseek_operator.api.spec"]
+    ]

@@ -2,8 +2,9 @@
 
 Field names are the API contract (docs/design.md): camelCase on the wire, snake_case in Python.
 Every field's docstring becomes its ``description`` in the CRD, so ``kubectl explain`` shows it.
-The static cross-field rules of :mod:`deepseek_operator.api.rules` run here as a model
-validator, and the same rules run in the API server as CEL.
+The types know their bounds (:mod:`.limits`), not their validator: the static cross-field rules of
+:mod:`deepseek_operator.api.rules` run in the loader (:func:`~deepseek_operator.api.load.parse_spec`)
+on a parsed spec, and the same rules run in the API server as CEL.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -30,13 +30,7 @@ from deepseek_operator.api.core_v1 import (
     EnvVar,
     Toleration,
 )
-from deepseek_operator.api.rules import (
-    INT32_MAX,
-    MAX_PARALLEL_SIZE,
-    MAX_REPLICAS,
-    SPEC_RULES,
-)
-from deepseek_operator.errors import SpecError
+from deepseek_operator.api.limits import INT32_MAX, MAX_PARALLEL_SIZE, MAX_REPLICAS
 
 
 class ApiModel(BaseModel):
@@ -287,13 +281,6 @@ class DeepSeekServingSpec(ApiModel):
 
     capacity: CapacitySpec = Field(default_factory=CapacitySpec, json_schema_extra={"default": {}})
     """What one replica must hold (status.capacity shows what each GPU type gives)."""
-
-    @model_validator(mode="after")
-    def _static_rules(self) -> DeepSeekServingSpec:
-        for rule in SPEC_RULES:
-            if not rule.holds(self):
-                raise SpecError(rule.refusal_path(self), rule.value(self), rule.message)
-        return self
 
     @property
     def moe_backend(self) -> str:
