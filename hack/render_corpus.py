@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import copy
 import datetime as dt
+import importlib
 import io
 import pathlib
 import sys
@@ -178,6 +179,8 @@ def _outcome_text(result: dict[str, Any]) -> str:
 def capture(dest: pathlib.Path) -> int:
     """Run every case and write one file per case under ``dest`` (which must not exist yet)."""
     dest.mkdir(parents=True, exist_ok=False)
+    # Import the code under test first: a capture renders the tree as it was when it started.
+    importlib.import_module("deepseek_operator.commands.render")
     total = rendered = 0
     with tempfile.TemporaryDirectory() as tmp:
         specs: list[tuple[str, str]] = [(str(p.relative_to(REPO)), str(p)) for p in _spec_files()]
