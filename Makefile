@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Where the Go-built binaries and the vLLM virtualenvs are cached (the hack scripts and tests read it too).
 DSO_CACHE ?= $(HOME)/.cache/deepseek-operator
 
-.PHONY: help venv generate verify docs lint typecheck test test-unit cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
+.PHONY: help venv generate verify docs lint typecheck test test-unit corpus cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -56,6 +56,10 @@ vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each inst
 
 test-unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q
+
+CORPUS ?= /tmp/deepseek-operator-corpus
+corpus: venv ## capture `render` over examples, fixtures and generated variants into $(CORPUS) (diff -r two captures; ~10 min)
+	$(BIN)/python hack/render_corpus.py capture $(CORPUS)
 
 test: venv cluster-bins vllm-newest lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q

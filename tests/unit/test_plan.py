@@ -140,3 +140,17 @@ def test_a_statefulset_refusal_of_a_leaderworkerset_makes_ready_pods_refused() -
     ready = next(c for c in planned.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "PodsRefused")
     assert ready.message == f"0/1 replicas ready; {refusal}"
+
+
+def test_each_serving_reports_its_own_backend_spelling_on_a_shared_inventory() -> None:
+    # plan() shares resolve() between specs with one identity on one inventory: the user's
+    # spelling of moeBackend is part of that identity (it is status.decision.requested).
+    pool = gb200_pool()
+    requested = []
+    for name, written in (("a", "Deep-GEMM-Mega-MoE"), ("b", "deep_gemm_mega_moe")):
+        body = copy.deepcopy(SEED)
+        body["metadata"]["name"] = name
+        body["spec"]["moeBackend"] = written
+        status = plan(parse_serving(body), pool, Observed.offline(), NOW).status_dict
+        requested.append(status["decision"]["requested"])
+    assert requested == ["Deep-GEMM-Mega-MoE", "deep_gemm_mega_moe"]

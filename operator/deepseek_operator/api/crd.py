@@ -12,9 +12,10 @@ from typing import Any
 
 import yaml
 
-from deepseek_operator.api.rules import NAME_RULE, rules_for_scope
+from deepseek_operator.api.rules import rules_for_scope
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
+from deepseek_operator.api.value_rules import NAME_RULE
 from deepseek_operator.names import (
     CATEGORIES,
     CRD_NAME,

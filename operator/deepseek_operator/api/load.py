@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from deepseek_operator.api.admission import admit
+from deepseek_operator.api.rules import check_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import API_VERSION, KIND
@@ -51,11 +52,12 @@ _PYDANTIC_WORDING = {
 
 
 def parse_spec(raw: Any) -> DeepSeekServingSpec:
-    """Validate a raw ``spec`` mapping; raise SpecError for the first problem found."""
+    """Validate a raw ``spec`` mapping, then run the static rules on it; raise SpecError for
+    the first problem found."""
     if not isinstance(raw, dict):
         raise SpecError("spec", raw, "must be an object")
     try:
-        return DeepSeekServingSpec.model_validate(raw)
+        spec = DeepSeekServingSpec.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         ctx_error = (first.get("ctx") or {}).get("error")
@@ -68,6 +70,8 @@ def parse_spec(raw: Any) -> DeepSeekServingSpec:
         if first["type"] == "missing":
             raise SpecError(_path(loc), None, message) from None
         raise SpecError(_path(loc), _lookup(raw, loc), message) from None
+    # The types hold; now the static rules, the same table the CRD's CEL is rendered from.
+    return check_spec(spec)
 
 
 def parse_serving(obj: Any) -> ServingObject:

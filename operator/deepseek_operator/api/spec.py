@@ -2,23 +2,19 @@
 
 Field names are the API contract (docs/design.md): camelCase on the wire, snake_case in Python.
 Every field's docstring becomes its ``description`` in the CRD, so ``kubectl explain`` shows it.
-The static cross-field rules of :mod:`deepseek_operator.api.rules` run here as a model
-validator, and the same rules run in the API server as CEL.
+The types know their bounds (:mod:`.limits`), not their validator: the static cross-field rules of
+:mod:`deepseek_operator.api.rules` run in the loader (:func:`~deepseek_operator.api.load.parse_spec`)
+on a parsed spec, and the same rules run in the API server as CEL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
-    PrivateAttr,
-    field_validator,
-    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -34,13 +30,7 @@ from deepseek_operator.api.core_v1 import (
     EnvVar,
     Toleration,
 )
-from deepseek_operator.api.rules import (
-    INT32_MAX,
-    MAX_PARALLEL_SIZE,
-    MAX_REPLICAS,
-    SPEC_RULES,
-)
-from deepseek_operator.errors import SpecError
+from deepseek_operator.api.limits import INT32_MAX, MAX_PARALLEL_SIZE, MAX_REPLICAS
 
 
 class ApiModel(BaseModel):
@@ -238,7 +228,9 @@ class DeepSeekServingSpec(ApiModel):
     max_pending_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     """Replicas beyond what the eligible nodes can hold that the workload may still ask for (they stay Pending until capacity appears). The workload asks for min(replicas, placeable + maxPendingReplicas) and never shrinks because capacity shrank. Default 1: one Pending pod lets a cluster autoscaler see the demand; 0 creates only what fits."""
 
-    moe_backend: str = Field(default="auto", min_length=1, max_length=64)
+    moe_backend_as_written: str = Field(
+        default="auto", alias="moeBackend", min_length=1, max_length=64
+    )
     """vLLM MoE backend (--moe-backend). auto lets the operator pick deep_gemm_mega_moe for DeepSeek V4.1 where every vLLM condition holds, and otherwise leaves auto to vLLM; any other vLLM MoE backend is kept verbatim and checked against vLLM's hard guards. Case and '-' are normalised like vLLM."""
 
     parallelism: ParallelismSpec = Field(
@@ -290,34 +282,15 @@ class DeepSeekServingSpec(ApiModel):
     capacity: CapacitySpec = Field(default_factory=CapacitySpec, json_schema_extra={"default": {}})
     """What one replica must hold (status.capacity shows what each GPU type gives)."""
 
-    # The user's spelling of moeBackend, kept for messages and status.decision.requested.
-    _moe_backend_as_written: str = PrivateAttr(default="")
-
-    @field_validator("moe_backend")
-    @classmethod
-    def _normalise_moe_backend(cls, value: str) -> str:
-        # The one place the backend's spelling is normalised; everything after reads it as is.
-        return normalize_backend(value)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _static_rules(
-        cls, data: Any, handler: ModelWrapValidatorHandler[DeepSeekServingSpec]
-    ) -> DeepSeekServingSpec:
-        spec = handler(data)
-        if isinstance(data, Mapping):
-            written = data.get("moeBackend", data.get("moe_backend"))
-            if isinstance(written, str):
-                spec._moe_backend_as_written = written
-        for rule in SPEC_RULES:
-            if not rule.holds(spec):
-                raise SpecError(rule.refusal_path(spec), rule.value(spec), rule.message)
-        return spec
-
     @property
-    def moe_backend_as_written(self) -> str:
-        """spec.moeBackend exactly as the user wrote it (``moe_backend`` is the normalised value)."""
-        return self._moe_backend_as_written or self.moe_backend
+    def moe_backend(self) -> str:
+        """spec.moeBackend normalised as vLLM does (case, '-' for '_'): what the decision reads.
+
+        The user's spelling is the field itself (``moe_backend_as_written``), so it is part of
+        the spec's identity (``model_dump_json``) and of every message and
+        ``status.decision.requested``.
+        """
+        return normalize_backend(self.moe_backend_as_written)
 
     def env_value(self, name: str) -> str | None:
         """The literal value of env var ``name`` in ``spec.env`` (None when absent or valueFrom)."""

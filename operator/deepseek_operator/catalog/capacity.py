@@ -218,7 +218,7 @@ PACKED_KV_DTYPES = frozenset({"auto", "fp8", "fp8_e4m3", "fp8_ds_mla", "nvfp4_ds
 BF16_KV_DTYPES = frozenset({"bfloat16", "bf16"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReleaseMemory:
     """How one vLLM release's MegaMoE path lays out the expert weights."""
 
@@ -233,12 +233,20 @@ class ReleaseMemory:
 # moe_intermediate_size unpadded and owns the fused shared expert (the caller drops its MLP),
 # replicated over TP under sequence parallelism: the two fixes of vllm#57204. INFERRED for the
 # older releases: they behave as the MegaMoE PR measured (2304 -> 2560, shared copy retained).
-_PR_ERA = ReleaseMemory(512, True, "INFERRED: as measured by vllm#57220 (before vllm#57204)")
+_PR_ERA = ReleaseMemory(
+    mega_moe_intermediate_multiple=512,
+    mega_moe_retains_shared=True,
+    source="INFERRED: as measured by vllm#57220 (before vllm#57204)",
+)
 RELEASE_MEMORY: dict[str, ReleaseMemory] = {
     "0.30.0": _PR_ERA,
     "0.31.0": _PR_ERA,
     "0.32.0": _PR_ERA,
-    "0.33.0": ReleaseMemory(None, False, "vLLM 0.33.0 models/deepseek_v4/nvidia/model.py"),
+    "0.33.0": ReleaseMemory(
+        mega_moe_intermediate_multiple=None,
+        mega_moe_retains_shared=False,
+        source="vLLM 0.33.0 models/deepseek_v4/nvidia/model.py",
+    ),
 }
 
 # MegaMoE's symmetric buffer per rank: DeepGEMM sizes it by batched tokens x top-k x hidden.

@@ -434,7 +434,7 @@ MEGA_MOE_PATH = "deep_gemm_mega_moe"
 FUSED_MOE_PATH = "FusedMoE"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CapacityReport:
     """The capacity of a decided backend on each GPU type, and the other path's for comparison."""
 
@@ -481,7 +481,9 @@ def report(
             f"spec.engine.maxModelLen {wanted} exceeds the checkpoint's {geometry.max_model_len} "
             "positions (max_position_embeddings); fix: lower engine.maxModelLen"
         )
-        return CapacityReport(mega_moe, (), (), "", asked, refused)
+        return CapacityReport(
+            mega_moe=mega_moe, rows=(), other=(), unknown="", min_requests=asked, refused=refused
+        )
 
     def rows(mega: bool) -> tuple[tuple[Capacity, ...], str]:
         out: list[Capacity] = []
@@ -496,7 +498,9 @@ def report(
     other = rows(not mega_moe)[0] if with_other and not unknown else ()
     if not unknown and not gpus:
         unknown = "no candidate node's GPU memory is known (agent or GFD memory label)"
-    return CapacityReport(mega_moe, mine, other, unknown, asked)
+    return CapacityReport(
+        mega_moe=mega_moe, rows=mine, other=other, unknown=unknown, min_requests=asked
+    )
 
 
 def _fix(cap: Capacity) -> str:

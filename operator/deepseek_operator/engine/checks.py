@@ -59,8 +59,10 @@ class CheckResult:
         )
 
 
-def check(name: str, category: CheckCategory, rule: str, passed: bool, message: str) -> CheckResult:
-    """Shorthand constructor, positional in the order a reader scans a check."""
+def check(
+    name: str, category: CheckCategory, rule: str, *, passed: bool, message: str
+) -> CheckResult:
+    """Shorthand constructor: what is checked positionally, its outcome by keyword."""
     return CheckResult(name=name, category=category, rule=rule, passed=passed, message=message)
 
 

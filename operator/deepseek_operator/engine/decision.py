@@ -24,8 +24,16 @@ from typing import Any
 from deepseek_operator.api.backends import AUTO, DEEP_GEMM_MEGA_MOE
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine import capacity, node_checks, spec_checks
+from deepseek_operator.engine.chains import (
+    AUTO_CHAIN,
+    MEGA_MOE_CHAIN,
+    RELEASE_CHAIN,
+    ChainContext,
+    fused_moe_checks,
+    nvlink_fully_connected,
+    run_chain,
+)
 from deepseek_operator.engine.checks import (
-    VLLM_SM100_ONLY,
     CheckCategory,
     CheckResult,
     check,
@@ -43,11 +51,7 @@ from deepseek_operator.engine.placement import (
     pool_clique_key,
 )
 from deepseek_operator.engine.release import (
-    backend_name,
     choose_release,
-    extra_args_in_release,
-    multi_node_executor,
-    prefill_context_parallel,
     release_check,
 )
 from deepseek_operator.engine.resolution import DecisionInputs, Resolution
@@ -152,7 +156,9 @@ def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
         spec, inputs.facts, inputs.release.version, mega, gpus, with_other=spec.moe_backend == AUTO
     )
     passed, message = capacity.kv_cache_check(rep)
-    result = check(capacity.KV_CACHE_CAPACITY, CheckCategory.FIT, "", passed, message)
+    result = check(
+        capacity.KV_CACHE_CAPACITY, CheckCategory.FIT, "", passed=passed, message=message
+    )
     checks = (*res.checks, result)
     res = dataclasses.replace(res, checks=checks, capacity=rep)
     # A coarser failure already decided (GPUMemory's recipe minimum): it stays the reason.
@@ -161,22 +167,28 @@ def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
         return res
     name = capacity.KV_CACHE_CAPACITY
     if spec.moe_backend == AUTO and mega:
-        fused = capacity.CapacityReport(False, rep.other, rep.rows, "", rep.min_requests)
+        fused = capacity.CapacityReport(
+            mega_moe=False,
+            rows=rep.other,
+            other=rep.rows,
+            unknown="",
+            min_requests=rep.min_requests,
+        )
         if fused.holding:
             any_gpu = inputs.requirement(Requirement.ANY_GPU)
             kept = (
                 f"auto kept (vLLM chooses its FusedMoE backend): {name} failed: {message}; "
                 f"the FusedMoE path holds it: {capacity.kv_cache_check(fused)[1]}"
             )
-            fused_check = check(name, CheckCategory.FIT, "", True, kept)
+            fused_check = check(name, CheckCategory.FIT, "", passed=True, message=kept)
             out = inputs.resolution(
                 AUTO,
                 failed_reason(name),
                 kept,
-                True,
-                any_gpu,
-                inputs.place(any_gpu),
-                (*res.checks, fused_check),
+                runnable=True,
+                requirement=any_gpu,
+                placement=inputs.place(any_gpu),
+                checks=(*res.checks, fused_check),
                 condition_reason=REASON_KEPT_AUTO,
             )
             return dataclasses.replace(out, capacity=fused)
@@ -195,10 +207,10 @@ def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
         res.moe_backend,
         failed_reason(name),
         refused,
-        False,
-        requirement,
-        inputs.place(requirement),
-        checks,
+        runnable=False,
+        requirement=requirement,
+        placement=inputs.place(requirement),
+        checks=checks,
     )
     return dataclasses.replace(out, capacity=rep)
 
@@ -221,30 +233,19 @@ def _explicit_layout_hint(inputs: DecisionInputs) -> str:
 
 
 def _release_checks(inputs: DecisionInputs, backend: str) -> list[CheckResult]:
-    """The checks that hold or fail whatever the nodes: the release, its backend names, and the
-    release's guards that refuse a layout for every backend."""
+    """The checks that hold or fail whatever the nodes: the release, then (a supported release)
+    :data:`~.chains.RELEASE_CHAIN`."""
     checks = [release_check(inputs.release)]
     rules = inputs.release.rules
     if rules is None:
         return checks
-    checks.append(backend_name(rules, backend))
-    for guard in (
-        prefill_context_parallel(rules, inputs.facts, inputs.spec, backend),
-        multi_node_executor(rules, inputs.spec, inputs.layout.pods_per_replica),
-        extra_args_in_release(rules, inputs.spec),
-        spec_checks.eplb_settings(inputs.spec),
-    ):
-        if guard is not None:
-            checks.append(guard)
-    return checks
+    return checks + run_chain(RELEASE_CHAIN, ChainContext(inputs, backend, rules))
 
 
 def _fused_moe_checks(inputs: DecisionInputs) -> list[CheckResult]:
-    """The FusedMoE path's expert checks (every backend that is not a MegaMoE path, and auto)."""
     rules = inputs.release.rules
     assert rules is not None
-    fused = spec_checks.fused_experts(rules, inputs.facts, inputs.spec)
-    return [fused] if fused is not None else []
+    return fused_moe_checks(inputs, rules)
 
 
 def _release_refusal(inputs: DecisionInputs, backend: str) -> Resolution | None:
@@ -262,51 +263,13 @@ def _release_refusal(inputs: DecisionInputs, backend: str) -> Resolution | None:
         "node so they stay Pending instead of crashing"
     )
     return inputs.resolution(
-        backend, failed_reason(first.name), message, False, requirement, placement, checks
-    )
-
-
-def _memory_check(inputs: DecisionInputs) -> CheckResult:
-    # Memory alone: a node outside every NVLink clique is left out by the clique check, not here.
-    requirement = dataclasses.replace(inputs.requirement(Requirement.ANY_GPU), clique_key=None)
-    facts, gpus_per_replica = inputs.facts, inputs.layout.gpus_per_replica
-    # What gpu_memory reads of the facts: the minimum and where it came from.
-    key = (
-        "gpu_memory",
-        requirement,
-        facts.vram_minimum_gb,
-        facts.source("vram_minimum_gb"),
-        gpus_per_replica,
-    )
-    return inputs.over_candidates(
-        key,
-        lambda: node_checks.gpu_memory(inputs.candidates, requirement, facts, gpus_per_replica),
-    )
-
-
-def _gpu_architecture(inputs: DecisionInputs, rule: str, vllm_msg: str = "") -> CheckResult:
-    # inputs.excluded is a function of the candidates' key, so the shared result stays right.
-    return inputs.over_candidates(
-        ("gpu_architecture", rule, vllm_msg),
-        lambda: node_checks.gpu_architecture(
-            inputs.candidates, rule, vllm_msg, excluded=inputs.excluded
-        ),
-    )
-
-
-def _nvlink_fully_connected(inputs: DecisionInputs) -> CheckResult:
-    """R14 over the SM100 candidates and the MegaMoE placement, NVLink alone: a node kept out
-    by its memory label is the GPUMemory check's to report, so an unreadable memory label never
-    reads as an NVLink failure."""
-    requirement = dataclasses.replace(
-        inputs.requirement(Requirement.MEGA_MOE), min_gpu_memory_mib=0
-    )
-    gpus_per_pod = inputs.layout.gpus_per_pod
-    return inputs.over_candidates(
-        ("nvlink_fully_connected", requirement, gpus_per_pod),
-        lambda: node_checks.nvlink_fully_connected(
-            inputs.sm100_candidates, inputs.place(requirement), gpus_per_pod
-        ),
+        backend,
+        failed_reason(first.name),
+        message,
+        runnable=False,
+        requirement=requirement,
+        placement=placement,
+        checks=checks,
     )
 
 
@@ -319,27 +282,14 @@ def _not_eligible_note(inputs: DecisionInputs, requirement: NodeRequirement) -> 
 
 
 def _decide_auto(inputs: DecisionInputs) -> Resolution:
-    spec, facts, layout = inputs.spec, inputs.facts, inputs.layout
-    ep = layout.expert_parallel_size
     mega_requirement = inputs.requirement(Requirement.MEGA_MOE)
     mega_placement = inputs.place(mega_requirement)
+    rules = inputs.release.rules
+    assert rules is not None
     checks = [
         *_release_checks(inputs, AUTO),
-        spec_checks.model_architecture(facts),
-        _gpu_architecture(inputs, "R3"),
-        spec_checks.deep_gemm(spec),
-        spec_checks.expert_dtype(facts, "R5"),
-        spec_checks.routing(facts, "R6"),
-        spec_checks.dimensions(facts, spec, ep, "R7"),
-        spec_checks.expert_parallel(spec, ep, "R8", need_two=True),
-        *spec_checks.layout_rules(spec),
-        _nvlink_fully_connected(inputs),
-        _memory_check(inputs),
-        node_checks.capacity(mega_placement, spec.replicas, "MegaMoECapacity"),
+        *run_chain(AUTO_CHAIN, ChainContext(inputs, AUTO, rules)),
     ]
-    rules = inputs.release.rules
-    if rules is not None and rules.norm_topk_prob_guard:
-        checks.insert(-2, spec_checks.normalized_top_k(facts, "R6"))
     failures = failed(checks)
     if not failures:
         message = (
@@ -351,10 +301,10 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
             DEEP_GEMM_MEGA_MOE,
             REASON_MEGA_MOE_SELECTED,
             message,
-            True,
-            mega_requirement,
-            mega_placement,
-            checks,
+            runnable=True,
+            requirement=mega_requirement,
+            placement=mega_placement,
+            checks=checks,
         )
     first = failures[0]
     # auto stays auto: vLLM then takes its FusedMoE path, whose own checks decide if it runs.
@@ -371,10 +321,10 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
             AUTO,
             failed_reason(fused_failures[0].name),
             message,
-            False,
-            requirement,
-            inputs.place(requirement),
-            checks,
+            runnable=False,
+            requirement=requirement,
+            placement=inputs.place(requirement),
+            checks=checks,
         )
     any_gpu = inputs.requirement(Requirement.ANY_GPU)
     message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
@@ -384,70 +334,22 @@ def _decide_auto(inputs: DecisionInputs) -> Resolution:
         AUTO,
         failed_reason(first.name),
         message,
-        True,
-        any_gpu,
-        inputs.place(any_gpu),
-        checks,
+        runnable=True,
+        requirement=any_gpu,
+        placement=inputs.place(any_gpu),
+        checks=checks,
         condition_reason=REASON_KEPT_AUTO,
     )
 
 
 def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolution:
-    spec, facts, layout = inputs.spec, inputs.facts, inputs.layout
+    spec = inputs.spec
     rules = inputs.release.rules
     assert rules is not None
-    p = spec.parallelism
-    # vLLM's MoE EP group spans DP x PCP x TP.
-    expert_group = layout.expert_parallel_size * (
-        p.prefill_context_parallel_size if p.expert_parallel else 1
-    )
-    flashinfer = rules.is_flashinfer_moe_ep(backend)
-    model_guards = rules.model_guards_apply(backend)
     node_requirement = inputs.requirement(Requirement.SM100)
-    checks = _release_checks(inputs, backend)
-    if model_guards:
-        checks.append(
-            spec_checks.expert_parallel(spec, layout.expert_parallel_size, "A1", need_two=False)
-        )
-        checks.append(spec_checks.routing(facts, "A2"))
-        if rules.norm_topk_prob_guard:
-            checks.append(spec_checks.normalized_top_k(facts, "A2"))
-    elif flashinfer and rules.flashinfer_needs_ep_group:
-        checks.append(spec_checks.flashinfer_expert_parallel(spec, expert_group))
-    checks.append(spec_checks.expert_dtype(facts, "A3"))
-    if flashinfer:
-        checks.append(
-            inputs.over_candidates(
-                ("flashinfer_capability", rules.data.flashinfer_moe_ep_capabilities, backend),
-                lambda: node_checks.flashinfer_capability(
-                    inputs.candidates, rules.data.flashinfer_moe_ep_capabilities, backend
-                ),
-            )
-        )
-    else:
-        checks.append(_gpu_architecture(inputs, "A4", VLLM_SM100_ONLY))
-    if model_guards:
-        checks.append(
-            spec_checks.dimensions(
-                facts, spec, expert_group, "A5/A6", multiples_of_128=not flashinfer
-            )
-        )
-    else:
-        checks += _fused_moe_checks(inputs)  # a FlashInfer moe_ep kernel on the FusedMoE path
-    if backend in rules.data.flashinfer_moe_ep_architecture_checked:
-        checks.append(spec_checks.flashinfer_architecture(rules, facts, backend))
-    if backend in rules.flashinfer_eplb_refused:
-        checks.append(spec_checks.flashinfer_eplb(rules, spec, backend))
-    if flashinfer and rules.flashinfer_refuses_dbo:
-        checks.append(spec_checks.flashinfer_microbatching(rules, spec, backend))
-    checks.append(spec_checks.cuda_platform(spec, "A10"))
-    checks.append(_memory_check(inputs))
-    one_nvlink_domain = layout.pods_per_replica > 1 and rules.needs_one_nvlink_domain(backend)
-    if one_nvlink_domain:
-        # Across nodes the EP group's in-kernel all-to-all needs NVLink between every rank.
-        checks.append(
-            node_checks.nvlink_clique(inputs.place(node_requirement), inputs.clique_key, "A11")
-        )
+    ctx = ChainContext(inputs, backend, rules)
+    checks = [*_release_checks(inputs, backend), *run_chain(MEGA_MOE_CHAIN, ctx)]
+    one_nvlink_domain = ctx.one_nvlink_domain
     # A spec guard no node can satisfy pins the pods to no node; a node guard pins to its nodes.
     spec_failures = [c for c in failed(checks) if c.category is CheckCategory.SPEC]
     if spec_failures:
@@ -457,7 +359,7 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
     else:
         requirement = node_requirement
     placement = inputs.place(requirement)
-    nvlink = _nvlink_fully_connected(inputs)
+    nvlink = nvlink_fully_connected(inputs)
     checks.append(node_checks.as_information(nvlink, " (not enforced for an explicit backend)"))
     checks.append(node_checks.capacity(placement, spec.replicas))
     enforced_failures = [c for c in failed(checks) if c.enforced]
@@ -468,13 +370,25 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
             "pinned so they stay Pending instead of crashing after loading weights"
         )
         return inputs.resolution(
-            backend, failed_reason(first.name), message, False, requirement, placement, checks
+            backend,
+            failed_reason(first.name),
+            message,
+            runnable=False,
+            requirement=requirement,
+            placement=placement,
+            checks=checks,
         )
     message = (
         f"explicit {backend} kept; vLLM's MegaMoE guards hold on {len(placement.eligible)} node(s)"
     )
     return inputs.resolution(
-        backend, REASON_EXPLICIT, message, True, requirement, placement, checks
+        backend,
+        REASON_EXPLICIT,
+        message,
+        runnable=True,
+        requirement=requirement,
+        placement=placement,
+        checks=checks,
     )
 
 
@@ -489,7 +403,13 @@ def _decide_explicit_other(inputs: DecisionInputs, backend: str) -> Resolution:
         checks = [*release, *guards, node_checks.capacity(placement, inputs.spec.replicas)]
         message = f"explicit {backend} cannot run: {guard.message}"
         return inputs.resolution(
-            backend, failed_reason(guard.name), message, False, requirement, placement, checks
+            backend,
+            failed_reason(guard.name),
+            message,
+            runnable=False,
+            requirement=requirement,
+            placement=placement,
+            checks=checks,
         )
     requirement = inputs.requirement(Requirement.ANY_GPU)
     placement = inputs.place(requirement)
@@ -498,8 +418,8 @@ def _decide_explicit_other(inputs: DecisionInputs, backend: str) -> Resolution:
         backend,
         REASON_EXPLICIT,
         f"explicit {backend} kept verbatim",
-        True,
-        requirement,
-        placement,
-        checks,
+        runnable=True,
+        requirement=requirement,
+        placement=placement,
+        checks=checks,
     )

@@ -40,8 +40,8 @@ def gpu_architecture(
             "GPUArchitecture",
             NODES,
             rule,
-            False,
-            "no candidate GPU nodes"
+            passed=False,
+            message="no candidate GPU nodes"
             + (f" (GPU nodes that are no candidates: {named}{more})" if excluded else "")
             + (f". vLLM: {vllm_msg}" if vllm_msg else ""),
         )
@@ -53,7 +53,7 @@ def gpu_architecture(
         message += f"; not SM100: {describe_products(others)}"
     if not sm100 and vllm_msg:
         message += f". vLLM: {vllm_msg}"
-    return check("GPUArchitecture", NODES, rule, bool(sm100), message)
+    return check("GPUArchitecture", NODES, rule, passed=bool(sm100), message=message)
 
 
 def flashinfer_capability(
@@ -68,8 +68,8 @@ def flashinfer_capability(
         "GPUArchitecture",
         NODES,
         "A9",
-        bool(ok),
-        f"{len(ok)}/{len(candidates)} candidate nodes have compute capability {shown}"
+        passed=bool(ok),
+        message=f"{len(ok)}/{len(candidates)} candidate nodes have compute capability {shown}"
         + ("" if ok else vllm),
     )
 
@@ -82,7 +82,11 @@ def nvlink_fully_connected(
     fits = placement.eligible
     if not sm100:
         return check(
-            "NVLinkFullyConnected", NODES, "R14", False, "no SM100 candidate node to check"
+            "NVLinkFullyConnected",
+            NODES,
+            "R14",
+            passed=False,
+            message="no SM100 candidate node to check",
         )
     message = f"{len(connected)}/{len(sm100)} SM100 nodes are fully NVLink-connected"
     if connected:
@@ -94,7 +98,7 @@ def nvlink_fully_connected(
         message += f"; not fully connected: {_named_evidence(broken, NVLINK)}"
     if unknown:
         message += f"; NVLink unknown: {_named_evidence(unknown, NVLINK)}"
-    return check("NVLinkFullyConnected", NODES, "R14", bool(fits), message)
+    return check("NVLinkFullyConnected", NODES, "R14", passed=bool(fits), message=message)
 
 
 def _named_evidence(nodes: Sequence[NodeFacts], fact: Fact[Any, Any], limit: int = 5) -> str:
@@ -134,8 +138,8 @@ def gpu_memory(
             "GPUMemory",
             CheckCategory.FIT,
             "",
-            True,
-            "no GPU memory minimum known for this checkpoint (spec.model.vramMinimumGB)",
+            passed=True,
+            message="no GPU memory minimum known for this checkpoint (spec.model.vramMinimumGB)",
         )
     fits = [n for n in candidates if requirement.admits(n)]
     unknown = [n.name for n in fits if n.gpu_memory_mib is None]
@@ -151,7 +155,7 @@ def gpu_memory(
         shown = "; ".join(f"{n.name}: {memory_shortfall(n, minimum)}" for n in short[:3])
         more = f"; and {len(short) - 3} more" if len(short) > 3 else ""
         message += f"; kept out: {shown}{more}"
-    return check("GPUMemory", CheckCategory.FIT, "", bool(fits), message)
+    return check("GPUMemory", CheckCategory.FIT, "", passed=bool(fits), message=message)
 
 
 def capacity(placement: Placement, replicas: int, name: str = "Capacity") -> CheckResult:
@@ -160,8 +164,8 @@ def capacity(placement: Placement, replicas: int, name: str = "Capacity") -> Che
         name,
         CheckCategory.PLACEMENT,
         "",
-        placement.placeable,
-        f"eligible nodes hold {placement.capacity} replica(s) of {placement.gpus_per_pod} GPUs; {replicas} wanted",
+        passed=placement.placeable,
+        message=f"eligible nodes hold {placement.capacity} replica(s) of {placement.gpus_per_pod} GPUs; {replicas} wanted",
     )
 
 
@@ -177,8 +181,8 @@ def nvlink_clique(placement: Placement, clique_key: str | None, rule: str) -> Ch
             "NVLinkClique",
             NODES,
             rule,
-            False,
-            f"no candidate node is in a usable NVLink clique (no nvidia.com/gpu.clique or agent "
+            passed=False,
+            message=f"no candidate node is in a usable NVLink clique (no nvidia.com/gpu.clique or agent "
             f"mnnvl.clique label with a ready fabric), so a {group} cannot share NVLink",
         )
     holding = [c for c in placement.cliques if c.groups > 0]
@@ -192,7 +196,7 @@ def nvlink_clique(placement: Placement, clique_key: str | None, rule: str) -> Ch
             else ""
         )
     )
-    return check("NVLinkClique", NODES, rule, bool(holding), message)
+    return check("NVLinkClique", NODES, rule, passed=bool(holding), message=message)
 
 
 def leader_worker_set(installed: bool, pods_per_replica: int) -> CheckResult:
@@ -202,15 +206,15 @@ def leader_worker_set(installed: bool, pods_per_replica: int) -> CheckResult:
             "LeaderWorkerSet",
             CheckCategory.PLACEMENT,
             "",
-            True,
-            f"LeaderWorkerSet is served: one group of {pods_per_replica} pods per replica",
+            passed=True,
+            message=f"LeaderWorkerSet is served: one group of {pods_per_replica} pods per replica",
         )
     return check(
         "LeaderWorkerSet",
         CheckCategory.PLACEMENT,
         "",
-        False,
-        f"a replica spans {pods_per_replica} pods, which needs a LeaderWorkerSet "
+        passed=False,
+        message=f"a replica spans {pods_per_replica} pods, which needs a LeaderWorkerSet "
         f"(leaderworkerset.x-k8s.io/v1), and the cluster does not serve that API: "
         f"{LWS_INSTALL_HINT}",
     )

@@ -64,25 +64,33 @@ def release_check(choice: ReleaseChoice) -> CheckResult:
             "VLLMRelease",
             SPEC,
             "",
-            False,
-            f"vLLM {choice.version} ({choice.source}) is not a supported release; supported: "
+            passed=False,
+            message=f"vLLM {choice.version} ({choice.source}) is not a supported release; supported: "
             + ", ".join(supported_releases())
             + ". Set spec.vllmVersion to the supported release the image runs",
         )
-    return check("VLLMRelease", SPEC, "", True, f"vLLM {choice.version} rules ({choice.source})")
+    return check(
+        "VLLMRelease",
+        SPEC,
+        "",
+        passed=True,
+        message=f"vLLM {choice.version} rules ({choice.source})",
+    )
 
 
 def backend_name(rules: ReleaseRules, backend: str) -> CheckResult:
     """The release's MoEBackend Literal has ``backend`` (else its parser refuses the argv)."""
     names = rules.data.moe_backends
     if backend in names:
-        return check("KnownMoEBackend", SPEC, "", True, f"vLLM {rules.release} has {backend}")
+        return check(
+            "KnownMoEBackend", SPEC, "", passed=True, message=f"vLLM {rules.release} has {backend}"
+        )
     return check(
         "KnownMoEBackend",
         SPEC,
         "",
-        False,
-        f"vLLM {rules.release} has no --moe-backend {backend} (its parser refuses it); its "
+        passed=False,
+        message=f"vLLM {rules.release} has no --moe-backend {backend} (its parser refuses it); its "
         "backends: " + ", ".join(names),
     )
 
@@ -95,7 +103,11 @@ def extra_args_in_release(rules: ReleaseRules, spec: DeepSeekServingSpec) -> Che
     missing = extra_args.not_in_release(spec.engine.extra_args, rules.release)
     if not missing:
         return check(
-            "ExtraArgsInRelease", SPEC, "", True, f"vLLM {rules.release} has every extraArgs option"
+            "ExtraArgsInRelease",
+            SPEC,
+            "",
+            passed=True,
+            message=f"vLLM {rules.release} has every extraArgs option",
         )
     item = missing[0]
     hint = extra_args.nearest(item, rules.release)
@@ -103,8 +115,8 @@ def extra_args_in_release(rules: ReleaseRules, spec: DeepSeekServingSpec) -> Che
         "ExtraArgsInRelease",
         SPEC,
         "",
-        False,
-        f"vLLM {rules.release}'s parser has no option {item!r} in spec.engine.extraArgs (it exits "
+        passed=False,
+        message=f"vLLM {rules.release}'s parser has no option {item!r} in spec.engine.extraArgs (it exits "
         "with 'unrecognized arguments')"
         + (f"; did you mean {hint}?" if hint else "")
         + f" ({len(missing)} such item(s))",
@@ -125,13 +137,13 @@ def multi_node_executor(
         f"distributedExecutorBackend {executor}"
     )
     if rules.multi_node_executor_allowed(executor):
-        return check("MultiNodeExecutor", SPEC, "", True, message)
+        return check("MultiNodeExecutor", SPEC, "", passed=True, message=message)
     return check(
         "MultiNodeExecutor",
         SPEC,
         "",
-        False,
-        message
+        passed=False,
+        message=message
         + f". vLLM {rules.release}: nnodes > 1 can only be set when distributed executor backend "
         f"is {' or '.join(allowed)}; set spec.parallelism.distributedExecutorBackend to mp",
     )
@@ -168,12 +180,18 @@ def prefill_context_parallel(
             "ContextParallel",
             SPEC,
             "",
-            False,
-            message
+            passed=False,
+            message=message
             + " with "
             + ", ".join(problems)
             + ". vLLM: DeepSeek-V4.1 PCP currently requires PP=DP=DCP=1, with no microbatching, "
             "speculative decoding, KV transfer, or MegaMoE. Prefix caching requires SWA bounded "
             "replay.",
         )
-    return check("ContextParallel", SPEC, "", True, message + ": PP=DP=DCP=1, nothing excluded")
+    return check(
+        "ContextParallel",
+        SPEC,
+        "",
+        passed=True,
+        message=message + ": PP=DP=DCP=1, nothing excluded",
+    )

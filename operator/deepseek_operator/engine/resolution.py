@@ -126,6 +126,7 @@ class DecisionInputs:
         backend: str,
         reason: str,
         message: str,
+        *,
         runnable: bool,
         requirement: NodeRequirement,
         placement: Placement,

@@ -33,16 +33,16 @@ def model_architecture(facts: ModelFacts) -> CheckResult:
             "ModelArchitecture",
             SPEC,
             "R2",
-            True,
-            f"{arch} is DeepSeek V4.1 ({facts.source('architecture')})",
+            passed=True,
+            message=f"{arch} is DeepSeek V4.1 ({facts.source('architecture')})",
         )
     if arch == V4_ARCH:
         return check(
             "ModelArchitecture",
             SPEC,
             "R2",
-            False,
-            f"{arch} is DeepSeek V4; automatic MegaMoE is scoped to V4.1 (vLLM PR #57220). "
+            passed=False,
+            message=f"{arch} is DeepSeek V4; automatic MegaMoE is scoped to V4.1 (vLLM PR #57220). "
             "The V4 recipe sets it explicitly on Blackwell: set spec.moeBackend: "
             "deep_gemm_mega_moe (with expertParallel) to use it",
         )
@@ -51,12 +51,16 @@ def model_architecture(facts: ModelFacts) -> CheckResult:
             "ModelArchitecture",
             SPEC,
             "R2",
-            False,
-            f"architecture unknown: {facts.name!r} is not in the catalog and "
+            passed=False,
+            message=f"architecture unknown: {facts.name!r} is not in the catalog and "
             "spec.model.architecture is not set",
         )
     return check(
-        "ModelArchitecture", SPEC, "R2", False, f"{arch} is not DeepSeek V4.1 ({V41_ARCH})"
+        "ModelArchitecture",
+        SPEC,
+        "R2",
+        passed=False,
+        message=f"{arch} is not DeepSeek V4.1 ({V41_ARCH})",
     )
 
 
@@ -69,16 +73,16 @@ def deep_gemm(spec: DeepSeekServingSpec) -> CheckResult:
             "DeepGEMM",
             SPEC,
             "R4",
-            False,
-            "VLLM_USE_DEEP_GEMM comes from valueFrom, so it cannot be verified before the pod starts",
+            passed=False,
+            message="VLLM_USE_DEEP_GEMM comes from valueFrom, so it cannot be verified before the pod starts",
         )
     if raw is not None and raw.strip() in ("0", "false", "False", ""):
         return check(
             "DeepGEMM",
             SPEC,
             "R4",
-            False,
-            f"DeepGEMM disabled in spec.env (VLLM_USE_DEEP_GEMM={raw!r})",
+            passed=False,
+            message=f"DeepGEMM disabled in spec.env (VLLM_USE_DEEP_GEMM={raw!r})",
         )
     shown = (
         f"VLLM_USE_DEEP_GEMM={raw!r}" if raw is not None else "VLLM_USE_DEEP_GEMM unset (default 1)"
@@ -87,8 +91,8 @@ def deep_gemm(spec: DeepSeekServingSpec) -> CheckResult:
         "DeepGEMM",
         SPEC,
         "R4",
-        True,
-        f"DeepGEMM enabled: {shown}; the image must ship DeepGEMM (vLLM images do)",
+        passed=True,
+        message=f"DeepGEMM enabled: {shown}; the image must ship DeepGEMM (vLLM images do)",
     )
 
 
@@ -100,19 +104,23 @@ def expert_dtype(facts: ModelFacts, rule: str) -> CheckResult:
             "ExpertDtype",
             SPEC,
             rule,
-            True,
-            f"routed experts are fp4 (MXFP4) ({facts.source('expert_dtype')})",
+            passed=True,
+            message=f"routed experts are fp4 (MXFP4) ({facts.source('expert_dtype')})",
         )
     if dtype is None:
         return check(
-            "ExpertDtype", SPEC, rule, False, "expert dtype unknown: set spec.model.expertDtype"
+            "ExpertDtype",
+            SPEC,
+            rule,
+            passed=False,
+            message="expert dtype unknown: set spec.model.expertDtype",
         )
     return check(
         "ExpertDtype",
         SPEC,
         rule,
-        False,
-        f"routed experts are {dtype} ({facts.source('expert_dtype')}). vLLM: DeepSeek V4 MegaMoE only supports fp4 experts; got expert_dtype={dtype!r}.",
+        passed=False,
+        message=f"routed experts are {dtype} ({facts.source('expert_dtype')}). vLLM: DeepSeek V4 MegaMoE only supports fp4 experts; got expert_dtype={dtype!r}.",
     )
 
 
@@ -124,15 +132,23 @@ def routing(facts: ModelFacts, rule: str) -> CheckResult:
             "Routing",
             SPEC,
             rule,
-            True,
-            f"scoring function sqrtsoftplus ({facts.source('scoring_func')})",
+            passed=True,
+            message=f"scoring function sqrtsoftplus ({facts.source('scoring_func')})",
         )
     if func is None:
         return check(
-            "Routing", SPEC, rule, False, "scoring function unknown: set spec.model.scoringFunc"
+            "Routing",
+            SPEC,
+            rule,
+            passed=False,
+            message="scoring function unknown: set spec.model.scoringFunc",
         )
     return check(
-        "Routing", SPEC, rule, False, f"scoring function {func!r}. vLLM: {VLLM_SQRTSOFTPLUS_ONLY}"
+        "Routing",
+        SPEC,
+        rule,
+        passed=False,
+        message=f"scoring function {func!r}. vLLM: {VLLM_SQRTSOFTPLUS_ONLY}",
     )
 
 
@@ -141,22 +157,26 @@ def normalized_top_k(facts: ModelFacts, rule: str) -> CheckResult:
     value = facts.norm_topk_prob
     if value is None:
         return check(
-            "NormTopkProb", SPEC, rule, False, "norm_topk_prob unknown: set spec.model.normTopkProb"
+            "NormTopkProb",
+            SPEC,
+            rule,
+            passed=False,
+            message="norm_topk_prob unknown: set spec.model.normTopkProb",
         )
     if value:
         return check(
             "NormTopkProb",
             SPEC,
             rule,
-            True,
-            f"top-k probabilities renormalised ({facts.source('norm_topk_prob')})",
+            passed=True,
+            message=f"top-k probabilities renormalised ({facts.source('norm_topk_prob')})",
         )
     return check(
         "NormTopkProb",
         SPEC,
         rule,
-        False,
-        f"norm_topk_prob false ({facts.source('norm_topk_prob')}). vLLM: DeepSeek V4 MegaMoE "
+        passed=False,
+        message=f"norm_topk_prob false ({facts.source('norm_topk_prob')}). vLLM: DeepSeek V4 MegaMoE "
         "requires normalized top-k probabilities.",
     )
 
@@ -191,8 +211,8 @@ def dimensions(
             "Dimensions",
             SPEC,
             rule,
-            False,
-            "model dimensions unknown: set spec.model." + ", spec.model.".join(missing),
+            passed=False,
+            message="model dimensions unknown: set spec.model." + ", spec.model.".join(missing),
         )
     problems: list[str] = []
     if multiples_of_128 and (hidden % 128 or intermediate % 128):
@@ -217,8 +237,12 @@ def dimensions(
     if speculative and draft is not None:
         detail += f", {draft} draft experts"
     if problems:
-        return check("Dimensions", SPEC, rule, False, detail + ": " + "; ".join(problems))
-    return check("Dimensions", SPEC, rule, True, detail + ": multiples of 128 and divisible")
+        return check(
+            "Dimensions", SPEC, rule, passed=False, message=detail + ": " + "; ".join(problems)
+        )
+    return check(
+        "Dimensions", SPEC, rule, passed=True, message=detail + ": multiples of 128 and divisible"
+    )
 
 
 def eplb_settings(spec: DeepSeekServingSpec) -> CheckResult | None:
@@ -234,8 +258,8 @@ def eplb_settings(spec: DeepSeekServingSpec) -> CheckResult | None:
             "EPLBSettings",
             SPEC,
             "E1",
-            False,
-            f"spec.engine.extraArgs sets --eplb-config num_redundant_experts={redundant} but "
+            passed=False,
+            message=f"spec.engine.extraArgs sets --eplb-config num_redundant_experts={redundant} but "
             "spec.parallelism.enableEplb is false. vLLM: num_redundant_experts is set to "
             f"{redundant} but EPLB is not enabled. Either enable EPLB or unset "
             "num_redundant_experts.",
@@ -245,8 +269,8 @@ def eplb_settings(spec: DeepSeekServingSpec) -> CheckResult | None:
             "EPLBSettings",
             SPEC,
             "E1",
-            False,
-            "spec.parallelism.enableEplb is true but expertParallel is false. vLLM: "
+            passed=False,
+            message="spec.parallelism.enableEplb is true but expertParallel is false. vLLM: "
             "enable_expert_parallel must be True to use EPLB.",
         )
     group = p.tensor_parallel_size * p.prefill_context_parallel_size * p.data_parallel_size
@@ -255,8 +279,8 @@ def eplb_settings(spec: DeepSeekServingSpec) -> CheckResult | None:
             "EPLBSettings",
             SPEC,
             "E1",
-            False,
-            "vLLM: EPLB requires tensor, prefill-context, or data parallelism, but got "
+            passed=False,
+            message="vLLM: EPLB requires tensor, prefill-context, or data parallelism, but got "
             f"TP={p.tensor_parallel_size}, PCP={p.prefill_context_parallel_size}, "
             f"DP={p.data_parallel_size}.",
         )
@@ -264,8 +288,8 @@ def eplb_settings(spec: DeepSeekServingSpec) -> CheckResult | None:
         "EPLBSettings",
         SPEC,
         "E1",
-        True,
-        f"EPLB on with expert parallel over {group} GPUs (TP x PCP x DP)"
+        passed=True,
+        message=f"EPLB on with expert parallel over {group} GPUs (TP x PCP x DP)"
         + (f", {redundant} redundant experts" if redundant else ""),
     )
 
@@ -312,10 +336,13 @@ def fused_experts(
             "FusedMoEExperts",
             SPEC,
             "E2",
-            False,
-            f"{detail}. vLLM {rules.release} (FusedMoE): " + "; ".join(dict.fromkeys(problems)),
+            passed=False,
+            message=f"{detail}. vLLM {rules.release} (FusedMoE): "
+            + "; ".join(dict.fromkeys(problems)),
         )
-    return check("FusedMoEExperts", SPEC, "E2", True, f"{detail}: divide over TP and EP")
+    return check(
+        "FusedMoEExperts", SPEC, "E2", passed=True, message=f"{detail}: divide over TP and EP"
+    )
 
 
 def expert_parallel(
@@ -328,18 +355,24 @@ def expert_parallel(
             "ExpertParallel",
             SPEC,
             rule,
-            False,
-            "expert parallel is off. vLLM: " + VLLM_MEGA_MOE_REQUIRES_EP,
+            passed=False,
+            message="expert parallel is off. vLLM: " + VLLM_MEGA_MOE_REQUIRES_EP,
         )
     if need_two and ep < 2:
         return check(
             "ExpertParallel",
             SPEC,
             rule,
-            False,
-            f"EP size {ep} (TP x DP): a local EP group needs at least 2 GPUs",
+            passed=False,
+            message=f"EP size {ep} (TP x DP): a local EP group needs at least 2 GPUs",
         )
-    return check("ExpertParallel", SPEC, rule, True, f"expert parallel on, EP size {ep} (TP x DP)")
+    return check(
+        "ExpertParallel",
+        SPEC,
+        rule,
+        passed=True,
+        message=f"expert parallel on, EP size {ep} (TP x DP)",
+    )
 
 
 def layout_rules(spec: DeepSeekServingSpec) -> list[CheckResult]:
@@ -351,32 +384,32 @@ def layout_rules(spec: DeepSeekServingSpec) -> list[CheckResult]:
             "NoPipelineOrContextParallel",
             SPEC,
             "R9",
-            p.pipeline_parallel_size == 1
+            passed=p.pipeline_parallel_size == 1
             and p.decode_context_parallel_size == 1
             and p.prefill_context_parallel_size == 1,
-            f"PP {p.pipeline_parallel_size}, DCP {p.decode_context_parallel_size}, PCP {p.prefill_context_parallel_size} (all must be 1)",
+            message=f"PP {p.pipeline_parallel_size}, DCP {p.decode_context_parallel_size}, PCP {p.prefill_context_parallel_size} (all must be 1)",
         ),
         check(
             "LocalDataParallel",
             SPEC,
             "R10",
-            all_local,
-            f"DP {p.data_parallel_size}, DP local {p.dp_local}"
+            passed=all_local,
+            message=f"DP {p.data_parallel_size}, DP local {p.dp_local}"
             + (" (all ranks in one pod)" if all_local else " (remote DP ranks)"),
         ),
         check(
             "NotRay",
             SPEC,
             "R11",
-            p.distributed_executor_backend != "ray",
-            f"distributed executor backend {p.distributed_executor_backend}",
+            passed=p.distributed_executor_backend != "ray",
+            message=f"distributed executor backend {p.distributed_executor_backend}",
         ),
         check(
             "NoSpeculativeDecoding",
             SPEC,
             "R12",
-            e.speculative_config is None,
-            "speculative decoding off"
+            passed=e.speculative_config is None,
+            message="speculative decoding off"
             if e.speculative_config is None
             else f"speculative decoding on ({e.speculative_config.get('method', 'unknown method')})",
         ),
@@ -384,8 +417,8 @@ def layout_rules(spec: DeepSeekServingSpec) -> list[CheckResult]:
             "NoMicrobatching",
             SPEC,
             "R13",
-            not e.enable_dbo and e.ubatch_size <= 1,
-            f"enableDbo {str(e.enable_dbo).lower()}, ubatchSize {e.ubatch_size}",
+            passed=not e.enable_dbo and e.ubatch_size <= 1,
+            message=f"enableDbo {str(e.enable_dbo).lower()}, ubatchSize {e.ubatch_size}",
         ),
     ]
 
@@ -403,8 +436,8 @@ def flashinfer_architecture(rules: ReleaseRules, facts: ModelFacts, backend: str
         "FlashInferArchitecture",
         SPEC,
         "A9",
-        supported,
-        f"architecture {arch} (vLLM {rules.release})" + ("" if supported else vllm),
+        passed=supported,
+        message=f"architecture {arch} (vLLM {rules.release})" + ("" if supported else vllm),
     )
 
 
@@ -415,8 +448,8 @@ def flashinfer_eplb(rules: ReleaseRules, spec: DeepSeekServingSpec, backend: str
         "FlashInferEPLB",
         SPEC,
         "A9",
-        not on,
-        "EPLB off"
+        passed=not on,
+        message="EPLB off"
         if not on
         else f"EPLB on. vLLM {rules.release}: {backend} does not support EPLB "
         "(use deep_gemm_mega_moe to run the mega path with EPLB)",
@@ -432,8 +465,8 @@ def flashinfer_microbatching(
         "FlashInferMicrobatching",
         SPEC,
         "A9",
-        not on,
-        "dual batch overlap off"
+        passed=not on,
+        message="dual batch overlap off"
         if not on
         else f"enableDbo true. vLLM {rules.release}: {backend}: kernel does not support dual "
         "batch overlap",
@@ -447,8 +480,8 @@ def flashinfer_expert_parallel(spec: DeepSeekServingSpec, expert_group: int) -> 
         "ExpertParallel",
         SPEC,
         "A1",
-        ok,
-        f"expert parallel on over {expert_group} GPUs (DP x PCP x TP)"
+        passed=ok,
+        message=f"expert parallel on over {expert_group} GPUs (DP x PCP x TP)"
         if ok
         else f"expert parallel {'on' if spec.parallelism.expert_parallel else 'off'}, "
         f"{expert_group} GPU(s) in the group. vLLM: the FlashInfer moe_ep kernel does not support "
@@ -463,8 +496,8 @@ def cuda_platform(spec: DeepSeekServingSpec, rule: str) -> CheckResult:
         "CUDAPlatform",
         SPEC,
         rule,
-        not rocm,
-        f"GPU resource {spec.gpu_resource_name}"
+        passed=not rocm,
+        message=f"GPU resource {spec.gpu_resource_name}"
         + (": ROCm, where DeepSeek V4.1 forces use_mega_moe=False" if rocm else " (CUDA)"),
     )
 
@@ -478,7 +511,7 @@ def explicit_backend(facts: ModelFacts, backend: str) -> CheckResult:
             "MXFP4Backend",
             SPEC,
             "oracle",
-            ok,
-            f"{backend} is in the MXFP4 oracle's map" if ok else vllm,
+            passed=ok,
+            message=f"{backend} is in the MXFP4 oracle's map" if ok else vllm,
         )
-    return check("ExplicitBackend", SPEC, "R1", True, f"{backend} kept verbatim")
+    return check("ExplicitBackend", SPEC, "R1", passed=True, message=f"{backend} kept verbatim")

@@ -24,6 +24,7 @@ GROUPS_SEPARATOR = "; groups: "
 
 def _condition(
     ctype: str,
+    *,
     ok: bool,
     reason: str,
     message: str,
@@ -74,29 +75,37 @@ def build_status(
     conditions = [
         _condition(
             N.BACKEND_RESOLVED,
-            res.backend_runnable,
-            res.condition_reason,
-            backend_msg,
-            generation,
-            now,
-            previous_conditions,
+            ok=res.backend_runnable,
+            reason=res.condition_reason,
+            message=backend_msg,
+            generation=generation,
+            now=now,
+            previous=previous_conditions,
         ),
         _condition(
             N.PLACEABLE,
-            placement.placeable,
-            placement.reason
+            ok=placement.placeable,
+            reason=placement.reason
             or (N.REASON_ENOUGH_NODES if placement.placeable else N.REASON_INSUFFICIENT_NODES),
-            placement_message,
-            generation,
-            now,
-            previous_conditions,
+            message=placement_message,
+            generation=generation,
+            now=now,
+            previous=previous_conditions,
         ),
     ]
     compute_domain = _compute_domain_condition(res)
     if compute_domain is not None:
         ok, reason, message = compute_domain
         conditions.append(
-            _condition(N.COMPUTE_DOMAIN, ok, reason, message, generation, now, previous_conditions)
+            _condition(
+                N.COMPUTE_DOMAIN,
+                ok=ok,
+                reason=reason,
+                message=message,
+                generation=generation,
+                now=now,
+                previous=previous_conditions,
+            )
         )
     all_ready = ready_replicas >= res.replicas
     workload = next((c for c in previous_conditions if c.type == N.WORKLOAD_APPLIED), None)
@@ -133,12 +142,12 @@ def build_status(
     conditions.append(
         _condition(
             N.READY,
-            all_ready and res.backend_runnable,
-            ready_reason,
-            ready_msg,
-            generation,
-            now,
-            previous_conditions,
+            ok=all_ready and res.backend_runnable,
+            reason=ready_reason,
+            message=ready_msg,
+            generation=generation,
+            now=now,
+            previous=previous_conditions,
         )
     )
     if workload is not None:
@@ -251,7 +260,13 @@ def invalid_spec_status(
     """
     conditions = [
         _condition(
-            ctype, False, N.REASON_INVALID_SPEC, message, generation, now, previous_conditions
+            ctype,
+            ok=False,
+            reason=N.REASON_INVALID_SPEC,
+            message=message,
+            generation=generation,
+            now=now,
+            previous=previous_conditions,
         ).model_dump(by_alias=True, mode="json")
         for ctype in (N.BACKEND_RESOLVED, N.READY)
     ]
@@ -286,7 +301,15 @@ def with_workload_applied(
         reason = N.REASON_APPLIED
     else:
         reason = N.REASON_FOREIGN_OBJECT if foreign else N.REASON_WORKLOAD_REFUSED
-    applied = _condition(N.WORKLOAD_APPLIED, ok, reason, message, generation, now, previous)
+    applied = _condition(
+        N.WORKLOAD_APPLIED,
+        ok=ok,
+        reason=reason,
+        message=message,
+        generation=generation,
+        now=now,
+        previous=previous,
+    )
     conditions: list[S.Condition] = []
     for cond in previous:
         if cond.type == N.WORKLOAD_APPLIED:
@@ -296,7 +319,15 @@ def with_workload_applied(
             # reconcile's status equals this one (no rewrite, no second Event).
             _, sep, groups = cond.message.partition(GROUPS_SEPARATOR)
             ready_msg = message + sep + groups
-            cond = _condition(N.READY, False, reason, ready_msg, generation, now, previous)
+            cond = _condition(
+                N.READY,
+                ok=False,
+                reason=reason,
+                message=ready_msg,
+                generation=generation,
+                now=now,
+                previous=previous,
+            )
         conditions.append(cond)
     conditions.append(applied)
     return {

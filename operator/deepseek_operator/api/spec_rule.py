@@ -1,0 +1,65 @@
+"""The shape of a static spec rule: one CEL expression and one Python predicate, one message.
+
+A :class:`SpecRule` is rendered into the CRD as an ``x-kubernetes-validations`` entry (so the API
+server rejects the CR) and run by the loader on a parsed spec (so the offline ``render`` rejects
+the same CR), with ONE message, so both say the same words. The CEL helpers here build the
+literals the rule tables share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deepseek_operator.api.spec import DeepSeekServingSpec
+
+
+def cel_list(values: tuple[str, ...] | frozenset[str]) -> str:
+    """A CEL list literal of ``values`` (a frozenset sorted, a tuple in its order)."""
+    ordered = sorted(values) if isinstance(values, frozenset) else list(values)
+    return "[" + ", ".join(f"'{v}'" for v in ordered) + "]"
+
+
+def cel_set(values: tuple[str, ...]) -> str:
+    """A CEL map literal used as a set: ``x in {...}`` costs O(1), a list costs O(n)."""
+    return "{" + ", ".join(f"'{v}': true" for v in values) + "}"
+
+
+# spec.moeBackend in CEL, normalised as vLLM does (lower case, '-' for '_').
+NORMALIZED_BACKEND_CEL = "self.moeBackend.lowerAscii().replace('-', '_')"
+
+
+@dataclass(frozen=True)
+class SpecRule:
+    """A static cross-field rule enforced by CEL in the CRD and by pydantic offline."""
+
+    name: str
+    scope: str  # "spec", "spec.parallelism" or "spec.engine": the schema node the CEL runs on
+    field_path: str  # JSON path of the offending field, relative to ``scope`` (CEL fieldPath)
+    cel: str
+    message: str
+    holds: Callable[[DeepSeekServingSpec], bool]
+    value: Callable[[DeepSeekServingSpec], Any]
+    # Runs on each item of the list at ``scope`` (the API server then names the item's index).
+    per_item: bool = False
+    # The offending item's path, e.g. ``spec.engine.extraArgs[2]`` (per-item rules).
+    path_of: Callable[[DeepSeekServingSpec], str] | None = None
+
+    @property
+    def full_path(self) -> str:
+        """The offending field's path from the object root, e.g. ``spec.moeBackend``."""
+        return self.scope + self.field_path
+
+    def refusal_path(self, spec: DeepSeekServingSpec) -> str:
+        """Where ``spec`` breaks this rule: the item's path for a per-item rule."""
+        return self.path_of(spec) if self.path_of else self.full_path
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """The rule on ``metadata.name``: CEL on the CRD's root (run offline by api/admission.py)."""
+
+    cel: str
+    message: str
