@@ -52,9 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.capacity_check import check_capacity
-from deepseek_operator.api import spec as spec_module
 from deepseek_operator.api.eplb import redundant_experts
-from deepseek_operator.api.load import parse_spec
+from deepseek_operator.api.load import parse_spec_types
 from deepseek_operator.api.rules import SPEC_RULES
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V41_ARCH, CheckpointFacts, find_checkpoint
@@ -314,12 +313,7 @@ STATIC_RULES = {
 def parse_unchecked(raw: dict[str, Any]) -> tuple[DeepSeekServingSpec, set[str]]:
     """The spec without our admission rules, and the names of those it breaks (so that a spec we
     refuse at admission is still rendered and compared with vLLM's own refusal)."""
-    saved = spec_module.SPEC_RULES
-    spec_module.SPEC_RULES = ()  # type: ignore[assignment]
-    try:
-        spec = parse_spec(raw)
-    finally:
-        spec_module.SPEC_RULES = saved  # type: ignore[assignment]
+    spec = parse_spec_types(raw)
     broken = {STATIC_RULES.get(r.name, r.name) for r in SPEC_RULES if not r.holds(spec)}
     return spec, broken
 
