@@ -33,7 +33,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from deepseek_operator.api.load import parse_serving
-from deepseek_operator.commands.render import load_nodes_file
+from deepseek_operator.commands.render.inputs import load_nodes_file
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import GROUP, PLURAL, VERSION
 from deepseek_operator.nodes.facts import build_inventory

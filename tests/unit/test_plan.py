@@ -11,7 +11,7 @@ import yaml
 
 from deepseek_operator.api.load import parse_serving
 from deepseek_operator.cli import main
-from deepseek_operator.commands.render import load_nodes_file
+from deepseek_operator.commands.render.inputs import load_nodes_file
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
 from deepseek_operator.render.status import status_dict

@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from deepseek_operator.commands.render import _parse_yaml, load_serving_file
+from deepseek_operator.commands.render.inputs import _parse_yaml, load_serving_file
 from deepseek_operator.errors import InputError
 
 HEAD = (

@@ -11,6 +11,10 @@ message states the rule.
 
 Where the pod template would refuse only a few exotic values that vLLM never needs, the rule here
 is a little stricter and says so (hugepages in ``spec.resources``, a ``fileKeyRef`` env source).
+
+This module holds the shared patterns and CEL helpers, the base model, and the tolerations,
+node selector, resources, GPU resource name and model cache rules; :mod:`.core_v1_env` holds the
+env var models.
 """
 
 from __future__ import annotations
@@ -39,44 +43,16 @@ EXTENDED_NAME_PATTERN = rf"^{_PREFIX}/{_NAME}$"
 # The longest label key: a 253-character prefix, '/', a 63-character name.
 LABEL_KEY_MAX_LENGTH = 253 + 1 + 63
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
-# Printable ASCII other than '=': the env var name rule (RelaxedEnvironmentVariableValidation, GA
-# and locked on since Kubernetes 1.34).
-ENV_NAME_PATTERN = r"^[ -<>-~]+$"
-# A ConfigMap or Secret key.
-CONFIG_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 
 # The container resources the core API knows without a domain; hugepages-<size> is left out on
 # purpose (vLLM does not use them, and their page-size and cpu/memory rules are not mirrored).
 STANDARD_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # Where the rendered pod already mounts a volume of its own (render/workload.py pod_template).
 RESERVED_MOUNT_PATHS = ("/dev/shm",)
-# The Downward API fields an env var may read (validEnvDownwardAPIFieldPathExpressions).
-ENV_FIELD_PATHS = (
-    "metadata.name",
-    "metadata.namespace",
-    "metadata.uid",
-    "spec.nodeName",
-    "spec.serviceAccountName",
-    "status.hostIP",
-    "status.hostIPs",
-    "status.podIP",
-    "status.podIPs",
-)
-# The container resources an env var may read, and the divisors the API accepts for each kind.
-ENV_RESOURCE_FIELDS = (
-    "limits.cpu",
-    "limits.memory",
-    "limits.ephemeral-storage",
-    "requests.cpu",
-    "requests.memory",
-    "requests.ephemeral-storage",
-)
-_CPU_DIVISORS = ("0", "1m", "1")
-_BYTE_DIVISORS: tuple[str, ...] = ("0", "1", "1k", "1M", "1G", "1T", "1P", "1E")
-_BYTE_DIVISORS += ("1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei")
 
 
-def _cel_str_list(values: tuple[str, ...]) -> str:
+def cel_str_list(values: tuple[str, ...]) -> str:
+    """CEL: a list literal of the strings ``values``."""
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
@@ -88,11 +64,13 @@ def cel_rule(rule: str, message: str, field_path: str = "") -> dict[str, str]:
     return entry
 
 
-def _validations(*rules: dict[str, str]) -> dict[str, Any]:
+def validations(*rules: dict[str, str]) -> dict[str, Any]:
+    """A schema extension carrying the CEL ``rules``."""
     return {"x-kubernetes-validations": list(rules)}
 
 
-def _label_key(var: str) -> str:
+def label_key(var: str) -> str:
+    """CEL: ``var`` is a label key (pattern, and the prefix's length bound)."""
     return f"{var}.matches(r'{LABEL_KEY_PATTERN}') && {var}.indexOf('/') <= 253"
 
 
@@ -124,8 +102,8 @@ _EXTENDED = (
     "!k.startsWith('requests.') && k.indexOf('/') <= 244)"
 )
 _CONTAINER_RESOURCE = (
-    f"(k in {_cel_str_list(STANDARD_CONTAINER_RESOURCES)} || {_EXTENDED} || "
-    f"(k.contains('kubernetes.io/') && {_label_key('k')}))"
+    f"(k in {cel_str_list(STANDARD_CONTAINER_RESOURCES)} || {_EXTENDED} || "
+    f"(k.contains('kubernetes.io/') && {label_key('k')}))"
 )
 GPU_RESOURCE_RULE = cel_rule(
     rule=_EXTENDED.replace("k.", "self."),
@@ -137,7 +115,7 @@ GPU_RESOURCE_RULE = cel_rule(
         "ephemeral-storage, pods or hugepages-<size> is no GPU"
     ),
 )
-GPU_RESOURCE_RULES = _validations(GPU_RESOURCE_RULE)
+GPU_RESOURCE_RULES = validations(GPU_RESOURCE_RULE)
 
 
 class CoreModel(BaseModel):
@@ -156,157 +134,6 @@ class CoreModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
-class ObjectFieldSelector(CoreModel):
-    """A field of the pod (the Downward API) as an env var's value."""
-
-    api_version: Literal["v1"] | None = None
-    """Schema version of fieldPath; only v1."""
-
-    field_path: str = Field(
-        max_length=512,
-        json_schema_extra=_validations(
-            cel_rule(
-                f"self in {_cel_str_list(ENV_FIELD_PATHS)} || "
-                '(self.startsWith("metadata.labels[\'") && self.endsWith("\']") && '
-                + _label_key("self.substring(17, size(self) - 2)")
-                + ') || (self.startsWith("metadata.annotations[\'") && '
-                'self.endsWith("\']") && '
-                + _label_key("self.substring(22, size(self) - 2).lowerAscii()")
-                + ")",
-                "fieldPath must be one of "
-                + ", ".join(ENV_FIELD_PATHS)
-                + ", metadata.labels['<label key>'] or metadata.annotations['<key>']",
-            )
-        ),
-    )
-    """Path of the field, e.g. metadata.name or metadata.labels['app']."""
-
-
-# CEL on a ResourceFieldSelector: the divisor the API accepts for the resource read (its
-# canonical spelling; 0 means unset).
-_DIVISOR_RULE = cel_rule(
-    "!has(self.divisor) || (self.resource.endsWith('.cpu') ? string(self.divisor) in "
-    f"{_cel_str_list(_CPU_DIVISORS)} : string(self.divisor) in {_cel_str_list(_BYTE_DIVISORS)})",
-    "divisor must be 1m or 1 for a cpu resource and one of "
-    + ", ".join(_BYTE_DIVISORS[1:])
-    + " for memory and ephemeral-storage",
-    ".divisor",
-)
-
-
-class ResourceFieldSelector(CoreModel):
-    """A resource request or limit of a container as an env var's value."""
-
-    model_config = ConfigDict(json_schema_extra=_validations(_DIVISOR_RULE))
-
-    container_name: str | None = Field(default=None, max_length=253)
-    """Container whose resource is read; default this one."""
-
-    resource: str = Field(
-        max_length=64,
-        json_schema_extra=_validations(
-            cel_rule(
-                f"self in {_cel_str_list(ENV_RESOURCE_FIELDS)}",
-                "resource must be one of " + ", ".join(ENV_RESOURCE_FIELDS),
-            )
-        ),
-    )
-    """The resource, e.g. limits.memory."""
-
-    divisor: int | str | None = Field(default=None, json_schema_extra={"maxLength": 32})
-    """Unit the value is divided by (1m or 1 for cpu; 1, 1Ki, 1Mi, 1Gi, … for memory)."""
-
-
-class KeySelector(CoreModel):
-    """A key of a ConfigMap or Secret in the serving's namespace."""
-
-    name: str = Field(
-        max_length=253,
-        json_schema_extra=_validations(
-            cel_rule(
-                f"self.matches(r'{DNS_SUBDOMAIN_PATTERN}')",
-                "name must be a DNS-1123 subdomain (lower-case alphanumerics, '-' and '.', "
-                "alphanumeric at both ends): the name of a ConfigMap or Secret",
-            )
-        ),
-    )
-    """Name of the ConfigMap or Secret."""
-
-    key: str = Field(
-        max_length=253,
-        json_schema_extra=_validations(
-            cel_rule(
-                f"self.matches(r'{CONFIG_KEY_PATTERN}') && self != '.' && !self.startsWith('..')",
-                "key must consist of alphanumeric characters, '-', '_' or '.', and must not be "
-                "'.' nor start with '..'",
-            )
-        ),
-    )
-    """The key to read."""
-
-    optional: bool | None = None
-    """Whether the ConfigMap or Secret (or its key) may be missing."""
-
-
-class EnvVarSource(CoreModel):
-    """Where an env var's value comes from: exactly one source."""
-
-    model_config = ConfigDict(
-        json_schema_extra=_validations(
-            cel_rule(
-                "[has(self.fieldRef), has(self.resourceFieldRef), has(self.configMapKeyRef), "
-                "has(self.secretKeyRef)].filter(x, x).size() == 1",
-                "valueFrom must set exactly one of fieldRef, resourceFieldRef, configMapKeyRef or "
-                "secretKeyRef",
-            )
-        )
-    )
-
-    field_ref: ObjectFieldSelector | None = None
-    """A field of the pod."""
-
-    resource_field_ref: ResourceFieldSelector | None = None
-    """A resource request or limit of a container."""
-
-    config_map_key_ref: KeySelector | None = None
-    """A key of a ConfigMap."""
-
-    secret_key_ref: KeySelector | None = None
-    """A key of a Secret."""
-
-
-class EnvVar(CoreModel):
-    """A core/v1 EnvVar of the vLLM container."""
-
-    model_config = ConfigDict(
-        json_schema_extra=_validations(
-            cel_rule(
-                "!has(self.valueFrom) || !has(self.value) || self.value == ''",
-                "valueFrom must not be set when value is not empty",
-                ".valueFrom",
-            )
-        )
-    )
-
-    name: str = Field(
-        max_length=4096,
-        json_schema_extra=_validations(
-            cel_rule(
-                f"self.matches(r'{ENV_NAME_PATTERN}')",
-                "an environment variable name must be one or more printable ASCII characters "
-                "other than '='",
-            )
-        ),
-    )
-    """Name of the variable; names are unique in the list."""
-
-    value: str | None = None
-    """Literal value (a string: quote numbers)."""
-
-    value_from: EnvVarSource | None = None
-    """Source of the value when it is not literal."""
-
-
 def _int64(value: int) -> int:
     """``value``, refused when a Go int64 (the pod API's type) cannot hold it."""
     if not -(2**63) <= value <= 2**63 - 1:
@@ -321,7 +148,7 @@ class Toleration(CoreModel):
     """A core/v1 Toleration of the serving pods."""
 
     model_config = ConfigDict(
-        json_schema_extra=_validations(
+        json_schema_extra=validations(
             cel_rule(
                 f"(has(self.key) && self.key != '') || {_EXISTS}",
                 "operator must be Exists when key is empty (which matches every key and value)",
@@ -344,8 +171,8 @@ class Toleration(CoreModel):
     key: str | None = Field(
         default=None,
         max_length=LABEL_KEY_MAX_LENGTH,
-        json_schema_extra=_validations(
-            cel_rule(f"self == '' || ({_label_key('self')})", f"key must be {LABEL_KEY_RULE}")
+        json_schema_extra=validations(
+            cel_rule(f"self == '' || ({label_key('self')})", f"key must be {LABEL_KEY_RULE}")
         ),
     )
     """Taint key; empty with operator Exists matches every taint."""
@@ -366,9 +193,9 @@ class Toleration(CoreModel):
     """How long a NoExecute taint is tolerated before eviction; only with effect NoExecute."""
 
 
-NODE_SELECTOR_RULES = _validations(
+NODE_SELECTOR_RULES = validations(
     cel_rule(
-        f"self.all(k, {_label_key('k')})",
+        f"self.all(k, {label_key('k')})",
         f"spec.nodeSelector: every key must be {LABEL_KEY_RULE}",
     ),
     cel_rule(
@@ -421,7 +248,7 @@ def _resource_list_rules(field: str) -> list[dict[str, str]]:
 
 _REQ = "quantity(string(self.requests[k]))"
 _LIM = "quantity(string(self.limits[k]))"
-RESOURCES_RULES = _validations(
+RESOURCES_RULES = validations(
     *_resource_list_rules("requests"),
     *_resource_list_rules("limits"),
     cel_rule(
@@ -434,16 +261,16 @@ RESOURCES_RULES = _validations(
     ),
 )
 
-CLAIM_NAME_RULES = _validations(
+CLAIM_NAME_RULES = validations(
     cel_rule(
         f"self == '' || self.matches(r'{DNS_SUBDOMAIN_PATTERN}')",
         "spec.modelCache.claimName must be the name of a PersistentVolumeClaim: a DNS-1123 "
         "subdomain (lower-case alphanumerics, '-' and '.', alphanumeric at both ends)",
     )
 )
-MOUNT_PATH_RULES = _validations(
+MOUNT_PATH_RULES = validations(
     cel_rule(
-        f"self != '' && !(self in {_cel_str_list(RESERVED_MOUNT_PATHS)})",
+        f"self != '' && !(self in {cel_str_list(RESERVED_MOUNT_PATHS)})",
         "spec.modelCache.mountPath must be a non-empty path other than "
         + ", ".join(RESERVED_MOUNT_PATHS)
         + " (the pod mounts its shared-memory volume there)",

@@ -27,9 +27,9 @@ from deepseek_operator.api.core_v1 import (
     QUANTITY_PATTERN,
     RESOURCES_RULES,
     Amount,
-    EnvVar,
     Toleration,
 )
+from deepseek_operator.api.core_v1_env import EnvVar
 from deepseek_operator.api.limits import INT32_MAX, MAX_PARALLEL_SIZE, MAX_REPLICAS
 
 

@@ -1,1 +1,2 @@
-"""One module per subcommand, each owning its flags: run, agent, render, topology, crds."""
+"""One module per subcommand (``render``: a package), each owning its flags: run, agent, render,
+topology, crds."""
