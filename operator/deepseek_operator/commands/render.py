@@ -24,7 +24,7 @@ import yaml
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
-from deepseek_operator.engine import capacity
+from deepseek_operator.engine import capacity_report
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
@@ -329,8 +329,8 @@ def capacity_lines(res: Resolution) -> list[str]:
     if rep.unknown:
         return [f"  capacity: not computed: {rep.unknown}", ""]
     lines = [f"  capacity ({rep.path}, per replica):"]
-    lines += [f"    {capacity.breakdown(row)}" for row in rep.rows]
-    line = capacity.what_if(rep)
+    lines += [f"    {capacity_report.breakdown(row)}" for row in rep.rows]
+    line = capacity_report.what_if(rep)
     if line:
         lines.append(f"  what-if: {line}")
     return [*lines, ""]

@@ -23,7 +23,7 @@ from typing import Any
 
 from deepseek_operator.api.backends import AUTO, DEEP_GEMM_MEGA_MOE
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.engine import capacity, node_checks, spec_checks
+from deepseek_operator.engine import capacity, capacity_report, node_checks, spec_checks
 from deepseek_operator.engine.chains import (
     AUTO_CHAIN,
     MEGA_MOE_CHAIN,
@@ -152,12 +152,12 @@ def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
     gpus = inputs.over_candidates(
         ("capacity_gpu_types", tuple(sorted(eligible))), lambda: capacity.gpu_types(nodes)
     )
-    rep = capacity.report(
+    rep = capacity_report.report(
         spec, inputs.facts, inputs.release.version, mega, gpus, with_other=spec.moe_backend == AUTO
     )
-    passed, message = capacity.kv_cache_check(rep)
+    passed, message = capacity_report.kv_cache_check(rep)
     result = check(
-        capacity.KV_CACHE_CAPACITY, CheckCategory.FIT, "", passed=passed, message=message
+        capacity_report.KV_CACHE_CAPACITY, CheckCategory.FIT, "", passed=passed, message=message
     )
     checks = (*res.checks, result)
     res = dataclasses.replace(res, checks=checks, capacity=rep)
@@ -165,9 +165,9 @@ def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
     earlier_fit = any(c.category is CheckCategory.FIT for c in res.failed_checks[:-1])
     if passed or not res.backend_runnable or earlier_fit:
         return res
-    name = capacity.KV_CACHE_CAPACITY
+    name = capacity_report.KV_CACHE_CAPACITY
     if spec.moe_backend == AUTO and mega:
-        fused = capacity.CapacityReport(
+        fused = capacity_report.CapacityReport(
             mega_moe=False,
             rows=rep.other,
             other=rep.rows,
@@ -178,7 +178,7 @@ def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
             any_gpu = inputs.requirement(Requirement.ANY_GPU)
             kept = (
                 f"auto kept (vLLM chooses its FusedMoE backend): {name} failed: {message}; "
-                f"the FusedMoE path holds it: {capacity.kv_cache_check(fused)[1]}"
+                f"the FusedMoE path holds it: {capacity_report.kv_cache_check(fused)[1]}"
             )
             fused_check = check(name, CheckCategory.FIT, "", passed=True, message=kept)
             out = inputs.resolution(
