@@ -23,7 +23,7 @@ from typing import Any
 
 from deepseek_operator.api.backends import AUTO, DEEP_GEMM_MEGA_MOE
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.engine import capacity, capacity_report, node_checks, spec_checks
+from deepseek_operator.engine import capacity, capacity_report, model_checks, node_checks
 from deepseek_operator.engine.chains import (
     AUTO_CHAIN,
     MEGA_MOE_CHAIN,
@@ -393,7 +393,7 @@ def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolutio
 
 
 def _decide_explicit_other(inputs: DecisionInputs, backend: str) -> Resolution:
-    guards = [spec_checks.explicit_backend(inputs.facts, backend), *_fused_moe_checks(inputs)]
+    guards = [model_checks.explicit_backend(inputs.facts, backend), *_fused_moe_checks(inputs)]
     release = _release_checks(inputs, backend)
     guard_failures = failed(guards)
     if guard_failures:
