@@ -31,6 +31,7 @@ from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.capacity import MIB, PRODUCT_MEMORY_MIB, KvGroup, find_geometry
 from deepseek_operator.engine import capacity as C
+from deepseek_operator.engine import kv_cache as K
 from deepseek_operator.engine.model_facts import model_facts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[i
     spec = case.spec
     geometry = find_geometry(spec.model.name)
     assert geometry is not None
-    groups = C.kv_groups(geometry, spec)
+    groups = K.kv_groups(geometry, spec)
     assert groups is not None, case.id
     facts = model_facts(spec.model)
     available = []
@@ -141,8 +142,8 @@ def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[i
     batched = spec.engine.max_num_batched_tokens
     length = spec.engine.max_model_len
     assert batched is not None and length is not None
-    in_flight = C.max_concurrent_batches(spec) * batched
-    block, per_request, _ = C.kv_blocks(groups, 0, length, in_flight, 1, 1)
+    in_flight = K.max_concurrent_batches(spec) * batched
+    block, per_request, _ = K.kv_blocks(groups, 0, length, in_flight, 1, 1)
     # The one-request boundary: vLLM keeps a null block, so it needs per_request + 1 blocks.
     available += [block * (per_request + 1) - 1, block * (per_request + 1)]
     return groups, [a for a in available if a > 0], in_flight, length
@@ -208,8 +209,8 @@ def check_capacity(release: str, python: Path) -> CapacityReport:
             continue
         for pool in answer["pools"]:
             report.pools += 1
-            _, per_request, blocks = C.kv_blocks(groups, pool["available"], length, in_flight, 1, 1)
-            concurrency = C.pool_concurrency(blocks, per_request)
+            _, per_request, blocks = K.kv_blocks(groups, pool["available"], length, in_flight, 1, 1)
+            concurrency = K.pool_concurrency(blocks, per_request)
             if "refused" in pool:
                 if concurrency != 0:
                     report.mismatches.append(

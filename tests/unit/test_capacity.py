@@ -6,6 +6,8 @@ import pytest
 
 from deepseek_operator.catalog.capacity import GIB, MIB
 from deepseek_operator.engine import capacity as C
+from deepseek_operator.engine import capacity_report as R
+from deepseek_operator.engine import kv_cache as K
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.model_facts import model_facts
 from tests.unit.factories import gb200_pool, spec
@@ -91,10 +93,10 @@ def test_v4_block_pool_equals_vllms_planner(
 
     geometry = find_geometry(V4_FLASH)
     assert geometry is not None and geometry.kv_groups is not None
-    block, per_request, blocks = C.kv_blocks(
+    block, per_request, blocks = K.kv_blocks(
         geometry.kv_groups[family], 60 * GIB, length, 2 * batched, 1, 1
     )
-    assert (block, per_request, blocks, C.pool_concurrency(blocks, per_request)) == expected
+    assert (block, per_request, blocks, K.pool_concurrency(blocks, per_request)) == expected
 
 
 def test_mtp_adds_the_draft_layers_window_cache_without_changing_the_pool() -> None:
@@ -119,8 +121,8 @@ def test_mtp_adds_the_draft_layers_window_cache_without_changing_the_pool() -> N
 
 def test_the_pool_keeps_a_null_block_so_one_request_needs_one_block_more() -> None:
     # vLLM refuses to start below blocks_per_request + 1 blocks (_check_enough_kv_cache_memory).
-    assert C.pool_concurrency(10_778, 10_778) == 0.0
-    assert C.pool_concurrency(10_779, 10_778) == 10_779 / 10_778
+    assert K.pool_concurrency(10_778, 10_778) == 0.0
+    assert K.pool_concurrency(10_779, 10_778) == 10_779 / 10_778
 
 
 def test_v4_capacity_uses_the_block_pool_and_v41_the_per_token_estimate() -> None:
@@ -151,7 +153,7 @@ def test_status_check_and_what_if_line_for_the_seed() -> None:
     check = next(c for c in res.checks if c.name == "KVCacheCapacity")
     assert check.passed and "NVIDIA-GB200" in check.message
     assert res.capacity is not None
-    line = C.what_if(res.capacity)
+    line = R.what_if(res.capacity)
     assert (
         line.startswith("NVIDIA-GB200: MegaMoE leaves ") and "less than the FusedMoE path" in line
     )
@@ -159,8 +161,8 @@ def test_status_check_and_what_if_line_for_the_seed() -> None:
 
 def test_auto_keeps_the_fused_path_when_megamoe_cannot_meet_min_concurrent_requests() -> None:
     s = spec(image="vllm/vllm-openai:v0.33.0")
-    fused = C.report(s, model_facts(s.model), "0.33.0", False, (GB200,)).rows[0]
-    mega = C.report(s, model_facts(s.model), "0.33.0", True, (GB200,)).rows[0]
+    fused = R.report(s, model_facts(s.model), "0.33.0", False, (GB200,)).rows[0]
+    mega = R.report(s, model_facts(s.model), "0.33.0", True, (GB200,)).rows[0]
     asked = int(mega.concurrent_requests) + 1
     assert fused.concurrent_requests >= asked  # the seed's trade-off: only MegaMoE falls short
     res = resolve(

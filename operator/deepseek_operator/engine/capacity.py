@@ -12,6 +12,9 @@ block arithmetic on them (``kv_blocks``); elsewhere a per-token estimate. KV is 
 over TP (``max_tp_shards=1``): every TP rank holds the whole request, pipeline stages split the
 layers, and each DP rank has its own pool, so DP layouts hold more requests than TP layouts of
 the same GPU count. Pure: no clock, no environment, no Kubernetes.
+
+The KV arithmetic itself is :mod:`.kv_cache`; the report and its messages are
+:mod:`.capacity_report`.
 """
 
 from __future__ import annotations
@@ -23,22 +26,23 @@ from dataclasses import dataclass
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.capacity import (
     ACTIVATION_BYTES_PER_TOKEN_HIDDEN,
-    BF16_KV_DTYPES,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     FIXED_OVERHEAD_BYTES,
-    GIB,
     MIB,
-    MTP_SUFFIX,
-    PACKED_KV_DTYPES,
     PRODUCT_MEMORY_MIB,
     RELEASE_MEMORY,
     SYMMETRIC_BUFFER_BYTES_PER_ELEMENT,
     CapacityGeometry,
-    KvGroup,
-    KvLayerSpec,
-    KvRecord,
     default_max_num_batched_tokens,
     find_geometry,
+)
+from deepseek_operator.engine.kv_cache import (
+    kv_blocks,
+    kv_groups,
+    kv_records,
+    max_concurrent_batches,
+    per_request_bytes,
+    pool_concurrency,
 )
 from deepseek_operator.engine.model_facts import ModelFacts
 from deepseek_operator.nodes.facts import NodeFacts
@@ -89,15 +93,6 @@ class Weights:
         return self.padding + self.retained_shared + self.replicated_shared
 
 
-def pool_concurrency(num_blocks: int, blocks_per_request: int) -> float:
-    """vLLM's maximum concurrency of a block pool (``get_max_concurrency_for_kv_cache_config``),
-    0 where it refuses to start: the pool keeps one null block, so one request needs
-    ``blocks_per_request + 1`` blocks (``_check_enough_kv_cache_memory``)."""
-    if num_blocks <= blocks_per_request:
-        return 0.0
-    return num_blocks / blocks_per_request
-
-
 @dataclass(frozen=True)
 class Capacity:
     """The KV room one replica leaves on one GPU type, and what it holds."""
@@ -141,121 +136,6 @@ class Unknown:
     """Why the capacity of a spec cannot be computed (named, never guessed)."""
 
     reason: str
-
-
-def gib(value: int | float) -> str:
-    """Bytes as GiB with two decimals."""
-    return f"{value / GIB:.2f}"
-
-
-def kv_family(kv_cache_dtype: str | None) -> str | None:
-    """``packed`` or ``bf16`` for ``kvCacheDtype`` (None or auto: vLLM's packed default)."""
-    dtype = (kv_cache_dtype or "auto").lower()
-    if dtype in PACKED_KV_DTYPES:
-        return "packed"
-    if dtype in BF16_KV_DTYPES:
-        return "bf16"
-    return None
-
-
-def kv_records(
-    geometry: CapacityGeometry, kv_cache_dtype: str | None
-) -> tuple[KvRecord, ...] | str:
-    """The KV records for ``kvCacheDtype`` (None or auto: vLLM's packed default), or why not."""
-    family = kv_family(kv_cache_dtype)
-    if family is None:
-        known = ", ".join(sorted(PACKED_KV_DTYPES | BF16_KV_DTYPES))
-        return f"spec.engine.kvCacheDtype {kv_cache_dtype!r} has no known KV record size ({known})"
-    return geometry.kv_records[family]
-
-
-def kv_groups(geometry: CapacityGeometry, spec: DeepSeekServingSpec) -> tuple[KvGroup, ...] | None:
-    """The release's KV cache groups for ``spec``'s kvCacheDtype and speculative method, or None
-    where they are not known (the per-token estimate applies)."""
-    family = kv_family(spec.engine.kv_cache_dtype)
-    if geometry.kv_groups is None or family is None:
-        return None
-    draft = spec.engine.speculative_config
-    if draft is None:
-        return geometry.kv_groups.get(family)
-    if draft.get("method") == "mtp":
-        return geometry.kv_groups.get(family + MTP_SUFFIX)
-    return None
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def layer_blocks_per_request(
-    spec: KvLayerSpec, max_model_len: int, in_flight_tokens: int, dcp: int
-) -> int:
-    """Blocks one request at ``max_model_len`` takes of one layer spec (vLLM 0.33.0
-    ``max_memory_usage_bytes`` / ``page_size_bytes`` of v1/kv_cache_interface.py)."""
-    if spec.kind == "circular":
-        return 1  # the ring occupies one block for the request's lifetime
-    if spec.kind == "sliding":
-        assert spec.window is not None
-        tokens = min(spec.window - 1 + in_flight_tokens, max_model_len)
-        # +1: the window need not start at a block boundary.
-        return _cdiv(tokens, spec.block_size) + 1
-    return _cdiv(_cdiv(max_model_len, dcp), spec.block_size)
-
-
-def kv_blocks(
-    groups: Sequence[KvGroup],
-    kv_bytes: int,
-    max_model_len: int,
-    in_flight_tokens: int,
-    pipeline_stages: int,
-    dcp: int,
-) -> tuple[int, int, int]:
-    """vLLM's block pool for ``kv_bytes`` per GPU: (bytes per block, blocks per request at
-    ``max_model_len``, number of blocks), as v1/core/kv_cache_planning.py and
-    ``get_max_concurrency_for_kv_cache_config`` compute them.
-
-    A block costs the largest group's page over all its layers (every group draws from one pool);
-    a group's request takes the most blocks any of its layers needs; the groups add up.
-    INFERRED for pipeline stages > 1 (not proven by conformance): each stage holds 1/PP of
-    every group's layers.
-    """
-    bytes_per_block = _cdiv(max(g.page_bytes for g in groups), pipeline_stages)
-    per_request = sum(
-        max(
-            layer_blocks_per_request(spec, max_model_len, in_flight_tokens, dcp)
-            for spec, _ in g.layers
-        )
-        for g in groups
-    )
-    return bytes_per_block, per_request, max(kv_bytes, 0) // bytes_per_block
-
-
-def max_concurrent_batches(spec: DeepSeekServingSpec) -> int:
-    """vLLM's ``max_concurrent_batches``: 2 with async scheduling at PP 1, else the PP size."""
-    pp = spec.parallelism.pipeline_parallel_size
-    return 2 if pp == 1 else pp
-
-
-def per_request_bytes(
-    records: Sequence[KvRecord],
-    max_model_len: int,
-    in_flight_tokens: int,
-    pipeline_stages: int,
-    dcp: int,
-) -> int:
-    """KV bytes one request at ``max_model_len`` takes on one GPU of its DP rank."""
-    total = 0
-    for record in records:
-        if record.circular_rows is not None:
-            tokens = record.circular_rows
-        elif record.window is not None:
-            tokens = min(record.window - 1 + in_flight_tokens, max_model_len)
-        else:
-            # Full-attention records shard their token positions over decode context parallel.
-            tokens = math.ceil(max_model_len / dcp)
-        states = math.ceil(tokens / record.tokens_per_state)
-        total += states * record.bytes_per_state * record.layers
-    return math.ceil(total / pipeline_stages)
 
 
 def weights_per_gpu(
@@ -402,149 +282,3 @@ def gpu_types(nodes: Sequence[NodeFacts]) -> tuple[GpuType, ...]:
             continue
         seen.setdefault((product, mib), GpuType(product, mib * MIB, source))
     return tuple(seen[k] for k in sorted(seen))
-
-
-def breakdown(cap: Capacity) -> str:
-    """'weights 70.13 GiB/GPU (…), buffer …, KV room …: N requests at L tokens' for people."""
-    w = cap.weights
-    parts = [f"weights {gib(w.total)} GiB/GPU"]
-    extras = [
-        (w.padding, "expert padding"),
-        (w.retained_shared, "retained shared experts"),
-        (w.replicated_shared, "replicated shared experts"),
-    ]
-    shown = [f"{gib(v)} {label}" for v, label in extras if v]
-    if shown:
-        parts[0] += f" (incl. {', '.join(shown)})"
-    if cap.symmetric_buffer:
-        parts.append(f"MegaMoE buffer {gib(cap.symmetric_buffer)} GiB")
-    parts.append(f"allowance {gib(cap.allowance)} GiB")
-    budget = "fixed KV budget" if cap.fixed_kv_budget else "KV room"
-    parts.append(f"{budget} {gib(cap.kv_bytes)} GiB/GPU")
-    return (
-        f"{cap.gpu.product} ({cap.gpu.memory_bytes // MIB} MiB/GPU): "
-        + ", ".join(parts)
-        + f": {cap.concurrent_requests:.2f} request(s) at {cap.max_model_len} tokens, "
-        f"{cap.tokens} tokens in cache"
-    )
-
-
-KV_CACHE_CAPACITY = "KVCacheCapacity"
-MEGA_MOE_PATH = "deep_gemm_mega_moe"
-FUSED_MOE_PATH = "FusedMoE"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CapacityReport:
-    """The capacity of a decided backend on each GPU type, and the other path's for comparison."""
-
-    mega_moe: bool
-    rows: tuple[Capacity, ...]
-    other: tuple[Capacity, ...] = ()  # the path auto would otherwise take (auto only)
-    unknown: str = ""  # why no figures: the geometry, a fact or the GPU memory is unknown
-    min_requests: int = 1  # what every row is held to: spec.capacity.minConcurrentRequests or 1
-    refused: str = ""  # a spec the model refuses outright (maxModelLen beyond the checkpoint's)
-
-    @property
-    def path(self) -> str:
-        """The backend path the rows are for."""
-        return MEGA_MOE_PATH if self.mega_moe else FUSED_MOE_PATH
-
-    @property
-    def holding(self) -> tuple[Capacity, ...]:
-        """The GPU types that hold ``min_requests`` requests at maxModelLen."""
-        return tuple(r for r in self.rows if r.concurrent_requests >= self.min_requests)
-
-    @property
-    def holds(self) -> bool:
-        """Some GPU type holds the asked requests (true when nothing can be said)."""
-        if self.refused:
-            return False
-        return bool(self.unknown) or not self.rows or bool(self.holding)
-
-
-def report(
-    spec: DeepSeekServingSpec,
-    facts: ModelFacts,
-    release: str,
-    mega_moe: bool,
-    gpus: Sequence[GpuType],
-    with_other: bool = False,
-) -> CapacityReport:
-    """The capacity of ``spec`` on every GPU type in ``gpus`` for one path (and, with
-    ``with_other``, the other path's figures for the what-if line)."""
-    asked = spec.capacity.min_concurrent_requests or 1
-    geometry = find_geometry(facts.name)
-    wanted = spec.engine.max_model_len
-    if geometry is not None and wanted is not None and wanted > geometry.max_model_len:
-        refused = (
-            f"spec.engine.maxModelLen {wanted} exceeds the checkpoint's {geometry.max_model_len} "
-            "positions (max_position_embeddings); fix: lower engine.maxModelLen"
-        )
-        return CapacityReport(
-            mega_moe=mega_moe, rows=(), other=(), unknown="", min_requests=asked, refused=refused
-        )
-
-    def rows(mega: bool) -> tuple[tuple[Capacity, ...], str]:
-        out: list[Capacity] = []
-        for gpu in gpus:
-            cap = capacity(spec, facts, release, mega, gpu)
-            if isinstance(cap, Unknown):
-                return (), cap.reason
-            out.append(cap)
-        return tuple(out), ""
-
-    mine, unknown = rows(mega_moe)
-    other = rows(not mega_moe)[0] if with_other and not unknown else ()
-    if not unknown and not gpus:
-        unknown = "no candidate node's GPU memory is known (agent or GFD memory label)"
-    return CapacityReport(
-        mega_moe=mega_moe, rows=mine, other=other, unknown=unknown, min_requests=asked
-    )
-
-
-def _fix(cap: Capacity) -> str:
-    """What would make ``cap`` hold more: the levers the user has."""
-    if cap.kv_bytes <= 0:
-        return "more GPUs per replica (tensorParallelSize / dataParallelSize) or a GPU with more memory"
-    return (
-        "lower engine.maxModelLen or engine.maxNumBatchedTokens, raise gpuMemoryUtilization, "
-        "or a DP layout (KV is replicated over TP, not over DP)"
-    )
-
-
-def kv_cache_check(rep: CapacityReport) -> tuple[bool, str]:
-    """Whether the report's path holds the asked requests somewhere, and the one-line message."""
-    if rep.refused:
-        return False, rep.refused
-    if rep.unknown:
-        return True, f"capacity not computed: {rep.unknown}"
-    best = max(rep.rows, key=lambda r: r.concurrent_requests)
-    figures = "; ".join(breakdown(r) for r in rep.rows[:3])
-    ask = (
-        f"spec.capacity.minConcurrentRequests {rep.min_requests}"
-        if rep.min_requests > 1
-        else "one request"
-    )
-    if rep.holding:
-        return True, f"{rep.path}: {figures}"
-    return False, (
-        f"{rep.path} cannot hold {ask} at maxModelLen {best.max_model_len} on any candidate GPU "
-        f"type: {figures}; fix: {_fix(best)}"
-    )
-
-
-def what_if(rep: CapacityReport) -> str:
-    """'MegaMoE leaves X GiB/GPU for KV, Y less than FusedMoE: N requests at L instead of M'."""
-    if not rep.rows or not rep.other:
-        return ""
-    lines = []
-    for mine, other in zip(rep.rows, rep.other, strict=True):
-        mega, fused = (mine, other) if rep.mega_moe else (other, mine)
-        less = fused.kv_bytes - mega.kv_bytes
-        lines.append(
-            f"{mine.gpu.product}: MegaMoE leaves {gib(mega.kv_bytes)} GiB/GPU for KV, "
-            f"{gib(less)} less than the FusedMoE path: {mega.concurrent_requests:.2f} requests "
-            f"at {mega.max_model_len} tokens instead of {fused.concurrent_requests:.2f}"
-        )
-    return "; ".join(lines)

@@ -19,7 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from deepseek_operator.catalog.vllm.rules import ReleaseRules
-from deepseek_operator.engine import node_checks, spec_checks
+from deepseek_operator.engine import (
+    expert_checks,
+    flashinfer_checks,
+    model_checks,
+    node_checks,
+    spec_checks,
+)
 from deepseek_operator.engine.checks import VLLM_SM100_ONLY, CheckResult
 from deepseek_operator.engine.placement import Requirement
 from deepseek_operator.engine.release import (
@@ -149,7 +155,7 @@ def nvlink_fully_connected(inputs: DecisionInputs) -> CheckResult:
 
 def fused_moe_checks(inputs: DecisionInputs, rules: ReleaseRules) -> list[CheckResult]:
     """The FusedMoE path's expert checks (every backend that is not a MegaMoE path, and auto)."""
-    fused = spec_checks.fused_experts(rules, inputs.facts, inputs.spec)
+    fused = expert_checks.fused_experts(rules, inputs.facts, inputs.spec)
     return [fused] if fused is not None else []
 
 
@@ -192,25 +198,25 @@ RELEASE_CHAIN: tuple[Step, ...] = (
     ),
     # ExtraArgsInRelease: every extraArgs option is this release's
     Step("", lambda c, _: extra_args_in_release(c.rules, c.inputs.spec)),
-    Step("E1", lambda c, _: spec_checks.eplb_settings(c.inputs.spec)),
+    Step("E1", lambda c, _: expert_checks.eplb_settings(c.inputs.spec)),
 )
 """After the VLLMRelease check: the release's backend names and its release-wide guards."""
 
 AUTO_CHAIN: tuple[Step, ...] = (
-    Step("R2", lambda c, _: spec_checks.model_architecture(c.inputs.facts)),
+    Step("R2", lambda c, _: model_checks.model_architecture(c.inputs.facts)),
     Step("R3", lambda c, rule: gpu_architecture(c.inputs, rule)),
     Step("R4", lambda c, _: spec_checks.deep_gemm(c.inputs.spec)),
-    Step("R5", lambda c, rule: spec_checks.expert_dtype(c.inputs.facts, rule)),
-    Step("R6", lambda c, rule: spec_checks.routing(c.inputs.facts, rule)),
+    Step("R5", lambda c, rule: model_checks.expert_dtype(c.inputs.facts, rule)),
+    Step("R6", lambda c, rule: model_checks.routing(c.inputs.facts, rule)),
     Step(
         "R7",
-        lambda c, rule: spec_checks.dimensions(
+        lambda c, rule: expert_checks.dimensions(
             c.inputs.facts, c.inputs.spec, c.inputs.layout.expert_parallel_size, rule
         ),
     ),
     Step(
         "R8",
-        lambda c, rule: spec_checks.expert_parallel(
+        lambda c, rule: expert_checks.expert_parallel(
             c.inputs.spec, c.inputs.layout.expert_parallel_size, rule, need_two=True
         ),
     ),
@@ -218,7 +224,7 @@ AUTO_CHAIN: tuple[Step, ...] = (
     Step("R14", lambda c, _: nvlink_fully_connected(c.inputs)),
     Step(
         "R6",
-        lambda c, rule: spec_checks.normalized_top_k(c.inputs.facts, rule),
+        lambda c, rule: model_checks.normalized_top_k(c.inputs.facts, rule),
         release=_guards_norm_topk_prob,
     ),
     Step("", lambda c, _: memory_check(c.inputs)),
@@ -236,29 +242,29 @@ AUTO_CHAIN: tuple[Step, ...] = (
 MEGA_MOE_CHAIN: tuple[Step, ...] = (
     Step(
         "A1",
-        lambda c, rule: spec_checks.expert_parallel(
+        lambda c, rule: expert_checks.expert_parallel(
             c.inputs.spec, c.inputs.layout.expert_parallel_size, rule, need_two=False
         ),
         when=lambda c: c.model_guards,
     ),
     Step(
         "A2",
-        lambda c, rule: spec_checks.routing(c.inputs.facts, rule),
+        lambda c, rule: model_checks.routing(c.inputs.facts, rule),
         when=lambda c: c.model_guards,
     ),
     Step(
         "A2",
-        lambda c, rule: spec_checks.normalized_top_k(c.inputs.facts, rule),
+        lambda c, rule: model_checks.normalized_top_k(c.inputs.facts, rule),
         when=lambda c: c.model_guards,
         release=_guards_norm_topk_prob,
     ),
     Step(
         "A1",
-        lambda c, _: spec_checks.flashinfer_expert_parallel(c.inputs.spec, c.expert_group),
+        lambda c, _: flashinfer_checks.flashinfer_expert_parallel(c.inputs.spec, c.expert_group),
         when=lambda c: not c.model_guards and c.flashinfer,
         release=_needs_ep_group,
     ),
-    Step("A3", lambda c, rule: spec_checks.expert_dtype(c.inputs.facts, rule)),
+    Step("A3", lambda c, rule: model_checks.expert_dtype(c.inputs.facts, rule)),
     Step("A9", lambda c, _: _flashinfer_capability(c), when=lambda c: c.flashinfer),
     Step(
         "A4",
@@ -267,7 +273,7 @@ MEGA_MOE_CHAIN: tuple[Step, ...] = (
     ),
     Step(
         "A5/A6",
-        lambda c, rule: spec_checks.dimensions(
+        lambda c, rule: expert_checks.dimensions(
             c.inputs.facts, c.inputs.spec, c.expert_group, rule, multiples_of_128=not c.flashinfer
         ),
         when=lambda c: c.model_guards,
@@ -280,17 +286,17 @@ MEGA_MOE_CHAIN: tuple[Step, ...] = (
     ),
     Step(
         "A9",
-        lambda c, _: spec_checks.flashinfer_architecture(c.rules, c.inputs.facts, c.backend),
+        lambda c, _: flashinfer_checks.flashinfer_architecture(c.rules, c.inputs.facts, c.backend),
         when=lambda c: c.backend in c.rules.data.flashinfer_moe_ep_architecture_checked,
     ),
     Step(
         "A9",
-        lambda c, _: spec_checks.flashinfer_eplb(c.rules, c.inputs.spec, c.backend),
+        lambda c, _: flashinfer_checks.flashinfer_eplb(c.rules, c.inputs.spec, c.backend),
         when=lambda c: c.backend in c.rules.flashinfer_eplb_refused,
     ),
     Step(
         "A9",
-        lambda c, _: spec_checks.flashinfer_microbatching(c.rules, c.inputs.spec, c.backend),
+        lambda c, _: flashinfer_checks.flashinfer_microbatching(c.rules, c.inputs.spec, c.backend),
         when=lambda c: c.flashinfer,
         release=_refuses_dbo,
     ),

@@ -13,6 +13,7 @@ An ordered chain of checks mirrors vLLM's rules (vllm-rules.md):
   is left for it; a better decision is only reported.
 
 Every check is evaluated (the chain never short-circuits), so the status shows them all.
+The deciders per backend are :mod:`.deciders`; the KVCacheCapacity step is :mod:`.capacity_fit`.
 """
 
 from __future__ import annotations
@@ -21,48 +22,24 @@ import dataclasses
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from deepseek_operator.api.backends import AUTO, DEEP_GEMM_MEGA_MOE
+from deepseek_operator.api.backends import AUTO
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.engine import capacity, node_checks, spec_checks
-from deepseek_operator.engine.chains import (
-    AUTO_CHAIN,
-    MEGA_MOE_CHAIN,
-    RELEASE_CHAIN,
-    ChainContext,
-    fused_moe_checks,
-    nvlink_fully_connected,
-    run_chain,
-)
-from deepseek_operator.engine.checks import (
-    CheckCategory,
-    CheckResult,
-    check,
-    failed,
-    short_list,
-)
+from deepseek_operator.engine import node_checks
+from deepseek_operator.engine.capacity_fit import with_capacity
 from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.engine.deciders import (
+    decide_auto,
+    decide_explicit_mega_moe,
+    decide_explicit_other,
+    release_refusal,
+)
 from deepseek_operator.engine.layout import layout_of
 from deepseek_operator.engine.model_facts import model_facts
-from deepseek_operator.engine.placement import (
-    NodeRequirement,
-    Requirement,
-    candidates,
-    excluded_gpu_nodes,
-    pool_clique_key,
-)
-from deepseek_operator.engine.release import (
-    choose_release,
-    release_check,
-)
+from deepseek_operator.engine.placement import candidates, excluded_gpu_nodes, pool_clique_key
+from deepseek_operator.engine.release import choose_release
 from deepseek_operator.engine.resolution import DecisionInputs, Resolution
 from deepseek_operator.engine.stability import PreviousDecision, keep_previous
-from deepseek_operator.names import (
-    REASON_EXPLICIT,
-    REASON_KEPT_AUTO,
-    REASON_LWS_NOT_INSTALLED,
-    REASON_MEGA_MOE_SELECTED,
-    failed_reason,
-)
+from deepseek_operator.names import REASON_LWS_NOT_INSTALLED
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory
 
 
@@ -108,20 +85,20 @@ def resolve(
         excluded=shared("excluded", lambda: excluded_gpu_nodes(spec, inventory)),
     )
     requested = spec.moe_backend
-    refused = _release_refusal(inputs, requested)
+    refused = release_refusal(inputs, requested)
     if refused is not None:
         return _multi_pod(refused, inputs, apis) if multi_pod else refused
     rules = inputs.release.rules
-    assert rules is not None  # _release_refusal returned for an unsupported release
+    assert rules is not None  # release_refusal returned for an unsupported release
     if requested == AUTO:
-        res = _decide_auto(inputs)
+        res = decide_auto(inputs)
         if previous is not None and previous.moe_backend != res.moe_backend:
             res = keep_previous(inputs, res, previous)
     elif rules.is_mega_moe(requested):
-        res = _decide_explicit_mega_moe(inputs, requested)
+        res = decide_explicit_mega_moe(inputs, requested)
     else:
-        res = _decide_explicit_other(inputs, requested)
-    res = _with_capacity(inputs, res)
+        res = decide_explicit_other(inputs, requested)
+    res = with_capacity(inputs, res)
     if not multi_pod:
         return res
     return _multi_pod(res, inputs, apis)
@@ -138,288 +115,3 @@ def _multi_pod(res: Resolution, inputs: DecisionInputs, apis: ClusterApis) -> Re
         res.placement, placeable=False, reason=REASON_LWS_NOT_INSTALLED, message=lws.message
     )
     return dataclasses.replace(res, checks=(*res.checks, lws), placement=placement)
-
-
-def _with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
-    """The decision with its KVCacheCapacity check: auto keeps the FusedMoE path when MegaMoE
-    cannot hold the asked requests but that path can; a path that cannot hold one request at
-    maxModelLen is refused before pods start; an explicit backend short of
-    ``spec.capacity.minConcurrentRequests`` is not placeable."""
-    spec = inputs.spec
-    mega = res.moe_backend == DEEP_GEMM_MEGA_MOE
-    eligible = set(res.placement.eligible)
-    nodes = [n for n in inputs.candidates if n.name in eligible] or list(inputs.candidates)
-    gpus = inputs.over_candidates(
-        ("capacity_gpu_types", tuple(sorted(eligible))), lambda: capacity.gpu_types(nodes)
-    )
-    rep = capacity.report(
-        spec, inputs.facts, inputs.release.version, mega, gpus, with_other=spec.moe_backend == AUTO
-    )
-    passed, message = capacity.kv_cache_check(rep)
-    result = check(
-        capacity.KV_CACHE_CAPACITY, CheckCategory.FIT, "", passed=passed, message=message
-    )
-    checks = (*res.checks, result)
-    res = dataclasses.replace(res, checks=checks, capacity=rep)
-    # A coarser failure already decided (GPUMemory's recipe minimum): it stays the reason.
-    earlier_fit = any(c.category is CheckCategory.FIT for c in res.failed_checks[:-1])
-    if passed or not res.backend_runnable or earlier_fit:
-        return res
-    name = capacity.KV_CACHE_CAPACITY
-    if spec.moe_backend == AUTO and mega:
-        fused = capacity.CapacityReport(
-            mega_moe=False,
-            rows=rep.other,
-            other=rep.rows,
-            unknown="",
-            min_requests=rep.min_requests,
-        )
-        if fused.holding:
-            any_gpu = inputs.requirement(Requirement.ANY_GPU)
-            kept = (
-                f"auto kept (vLLM chooses its FusedMoE backend): {name} failed: {message}; "
-                f"the FusedMoE path holds it: {capacity.kv_cache_check(fused)[1]}"
-            )
-            fused_check = check(name, CheckCategory.FIT, "", passed=True, message=kept)
-            out = inputs.resolution(
-                AUTO,
-                failed_reason(name),
-                kept,
-                runnable=True,
-                requirement=any_gpu,
-                placement=inputs.place(any_gpu),
-                checks=(*res.checks, fused_check),
-                condition_reason=REASON_KEPT_AUTO,
-            )
-            return dataclasses.replace(out, capacity=fused)
-    if rep.min_requests > 1 and any(r.concurrent_requests >= 1 for r in rep.rows):
-        # It runs, but not with what the user asked for: keep the pods from being placed.
-        placement = dataclasses.replace(
-            res.placement, placeable=False, reason=failed_reason(name), message=message
-        )
-        return dataclasses.replace(res, placement=placement)
-    requirement = inputs.requirement(Requirement.NONE, name)
-    refused = (
-        f"{res.moe_backend} cannot run: {name} failed: {message}; pods are pinned to no node so "
-        "they stay Pending instead of failing in vLLM's KV-cache sizing"
-    )
-    out = inputs.resolution(
-        res.moe_backend,
-        failed_reason(name),
-        refused,
-        runnable=False,
-        requirement=requirement,
-        placement=inputs.place(requirement),
-        checks=checks,
-    )
-    return dataclasses.replace(out, capacity=rep)
-
-
-def _explicit_layout_hint(inputs: DecisionInputs) -> str:
-    """What explicit multi-node MegaMoE layout the pool allows, for auto's remote-DP message."""
-    layout = inputs.layout
-    if layout.pods_per_replica <= 1 or inputs.clique_key is None:
-        return ""
-    placement = inputs.place(inputs.requirement(Requirement.MEGA_MOE))
-    holding = placement.holding_cliques
-    if not holding:
-        return ""
-    return (
-        f". This pool would allow it explicitly: moeBackend deep_gemm_mega_moe with "
-        f"{layout.pods_per_replica} pods of {layout.gpus_per_pod} GPUs per replica, each group "
-        f"inside one NVLink clique ({short_list(list(holding))}; capacity "
-        f"{placement.capacity} replica(s))"
-    )
-
-
-def _release_checks(inputs: DecisionInputs, backend: str) -> list[CheckResult]:
-    """The checks that hold or fail whatever the nodes: the release, then (a supported release)
-    :data:`~.chains.RELEASE_CHAIN`."""
-    checks = [release_check(inputs.release)]
-    rules = inputs.release.rules
-    if rules is None:
-        return checks
-    return checks + run_chain(RELEASE_CHAIN, ChainContext(inputs, backend, rules))
-
-
-def _fused_moe_checks(inputs: DecisionInputs) -> list[CheckResult]:
-    rules = inputs.release.rules
-    assert rules is not None
-    return fused_moe_checks(inputs, rules)
-
-
-def _release_refusal(inputs: DecisionInputs, backend: str) -> Resolution | None:
-    """A resolution that cannot run when the release or a release-wide guard refuses the spec."""
-    checks = _release_checks(inputs, backend)
-    failures = failed(checks)
-    if not failures:
-        return None
-    first = failures[0]
-    requirement = inputs.requirement(Requirement.NONE, first.name)
-    placement = inputs.place(requirement)
-    checks.append(node_checks.capacity(placement, inputs.spec.replicas))
-    message = (
-        f"{backend} cannot run: {first.name} failed: {first.message}; pods are pinned to no "
-        "node so they stay Pending instead of crashing"
-    )
-    return inputs.resolution(
-        backend,
-        failed_reason(first.name),
-        message,
-        runnable=False,
-        requirement=requirement,
-        placement=placement,
-        checks=checks,
-    )
-
-
-def _not_eligible_note(inputs: DecisionInputs, requirement: NodeRequirement) -> str:
-    """The SM100 candidates that ``requirement``'s placement leaves out."""
-    return inputs.over_candidates(
-        ("not_eligible_note", requirement, inputs.layout.gpus_per_pod),
-        lambda: node_checks.not_eligible_note(inputs.sm100_candidates, inputs.place(requirement)),
-    )
-
-
-def _decide_auto(inputs: DecisionInputs) -> Resolution:
-    mega_requirement = inputs.requirement(Requirement.MEGA_MOE)
-    mega_placement = inputs.place(mega_requirement)
-    rules = inputs.release.rules
-    assert rules is not None
-    checks = [
-        *_release_checks(inputs, AUTO),
-        *run_chain(AUTO_CHAIN, ChainContext(inputs, AUTO, rules)),
-    ]
-    failures = failed(checks)
-    if not failures:
-        message = (
-            f"auto resolved to deep_gemm_mega_moe: all {len(checks)} checks passed; pods pinned "
-            f"to the {len(mega_placement.eligible)} SM100 fully NVLink-connected node(s)"
-            + _not_eligible_note(inputs, mega_requirement)
-        )
-        return inputs.resolution(
-            DEEP_GEMM_MEGA_MOE,
-            REASON_MEGA_MOE_SELECTED,
-            message,
-            runnable=True,
-            requirement=mega_requirement,
-            placement=mega_placement,
-            checks=checks,
-        )
-    first = failures[0]
-    # auto stays auto: vLLM then takes its FusedMoE path, whose own checks decide if it runs.
-    fused_failures = failed(_fused_moe_checks(inputs))
-    if fused_failures:
-        checks += fused_failures
-        requirement = inputs.requirement(Requirement.NONE, fused_failures[0].name)
-        message = (
-            f"auto cannot run: {fused_failures[0].name} failed: {fused_failures[0].message} "
-            f"(auto kept, {first.name} failed); pods are pinned to no node so they stay Pending "
-            "instead of crashing"
-        )
-        return inputs.resolution(
-            AUTO,
-            failed_reason(fused_failures[0].name),
-            message,
-            runnable=False,
-            requirement=requirement,
-            placement=inputs.place(requirement),
-            checks=checks,
-        )
-    any_gpu = inputs.requirement(Requirement.ANY_GPU)
-    message = f"auto kept (vLLM chooses its FusedMoE backend): {first.name} failed: {first.message}"
-    # Remote DP never becomes MegaMoE under auto (R10); say what an explicit backend could do.
-    message += _explicit_layout_hint(inputs)
-    return inputs.resolution(
-        AUTO,
-        failed_reason(first.name),
-        message,
-        runnable=True,
-        requirement=any_gpu,
-        placement=inputs.place(any_gpu),
-        checks=checks,
-        condition_reason=REASON_KEPT_AUTO,
-    )
-
-
-def _decide_explicit_mega_moe(inputs: DecisionInputs, backend: str) -> Resolution:
-    spec = inputs.spec
-    rules = inputs.release.rules
-    assert rules is not None
-    node_requirement = inputs.requirement(Requirement.SM100)
-    ctx = ChainContext(inputs, backend, rules)
-    checks = [*_release_checks(inputs, backend), *run_chain(MEGA_MOE_CHAIN, ctx)]
-    one_nvlink_domain = ctx.one_nvlink_domain
-    # A spec guard no node can satisfy pins the pods to no node; a node guard pins to its nodes.
-    spec_failures = [c for c in failed(checks) if c.category is CheckCategory.SPEC]
-    if spec_failures:
-        requirement = inputs.requirement(Requirement.NONE, spec_failures[0].name)
-    elif one_nvlink_domain and inputs.clique_key is None:
-        requirement = inputs.requirement(Requirement.NONE, "NVLinkClique")
-    else:
-        requirement = node_requirement
-    placement = inputs.place(requirement)
-    nvlink = nvlink_fully_connected(inputs)
-    checks.append(node_checks.as_information(nvlink, " (not enforced for an explicit backend)"))
-    checks.append(node_checks.capacity(placement, spec.replicas))
-    enforced_failures = [c for c in failed(checks) if c.enforced]
-    if enforced_failures:
-        first = enforced_failures[0]
-        message = (
-            f"explicit {backend} cannot run: {first.name} failed: {first.message}; pods are "
-            "pinned so they stay Pending instead of crashing after loading weights"
-        )
-        return inputs.resolution(
-            backend,
-            failed_reason(first.name),
-            message,
-            runnable=False,
-            requirement=requirement,
-            placement=placement,
-            checks=checks,
-        )
-    message = (
-        f"explicit {backend} kept; vLLM's MegaMoE guards hold on {len(placement.eligible)} node(s)"
-    )
-    return inputs.resolution(
-        backend,
-        REASON_EXPLICIT,
-        message,
-        runnable=True,
-        requirement=requirement,
-        placement=placement,
-        checks=checks,
-    )
-
-
-def _decide_explicit_other(inputs: DecisionInputs, backend: str) -> Resolution:
-    guards = [spec_checks.explicit_backend(inputs.facts, backend), *_fused_moe_checks(inputs)]
-    release = _release_checks(inputs, backend)
-    guard_failures = failed(guards)
-    if guard_failures:
-        guard = guard_failures[0]
-        requirement = inputs.requirement(Requirement.NONE, guard.name)
-        placement = inputs.place(requirement)
-        checks = [*release, *guards, node_checks.capacity(placement, inputs.spec.replicas)]
-        message = f"explicit {backend} cannot run: {guard.message}"
-        return inputs.resolution(
-            backend,
-            failed_reason(guard.name),
-            message,
-            runnable=False,
-            requirement=requirement,
-            placement=placement,
-            checks=checks,
-        )
-    requirement = inputs.requirement(Requirement.ANY_GPU)
-    placement = inputs.place(requirement)
-    checks = [*release, *guards, node_checks.capacity(placement, inputs.spec.replicas)]
-    return inputs.resolution(
-        backend,
-        REASON_EXPLICIT,
-        f"explicit {backend} kept verbatim",
-        runnable=True,
-        requirement=requirement,
-        placement=placement,
-        checks=checks,
-    )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.engine.capacity import CapacityReport
+from deepseek_operator.engine.capacity_report import CapacityReport
 from deepseek_operator.engine.checks import CheckResult, failed
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.layout import Layout, sequence_parallel

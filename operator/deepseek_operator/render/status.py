@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from deepseek_operator import names as N
 from deepseek_operator.api import status as S
-from deepseek_operator.engine.capacity import gib
+from deepseek_operator.engine.capacity_report import gib
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.queueing import WorkloadSize
 from deepseek_operator.engine.resolution import Resolution

@@ -17,7 +17,7 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.status import DeepSeekServingStatus
-from deepseek_operator.engine import capacity
+from deepseek_operator.engine import capacity_report
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import LWS_KIND
 from deepseek_operator.render.status import status_dict
@@ -86,8 +86,8 @@ def capacity_lines(res: Resolution) -> list[str]:
     if rep.unknown:
         return [f"  capacity: not computed: {rep.unknown}", ""]
     lines = [f"  capacity ({rep.path}, per replica):"]
-    lines += [f"    {capacity.breakdown(row)}" for row in rep.rows]
-    line = capacity.what_if(rep)
+    lines += [f"    {capacity_report.breakdown(row)}" for row in rep.rows]
+    line = capacity_report.what_if(rep)
     if line:
         lines.append(f"  what-if: {line}")
     return [*lines, ""]

@@ -1,0 +1,144 @@
+"""KV-cache geometry: vLLM's block arithmetic and the per-token estimate for one request.
+
+A request at ``maxModelLen`` needs every full-attention record for all its tokens and, per
+sliding-window record, ``min(W - 1 + in-flight tokens, maxModelLen)`` tokens, where in-flight
+tokens are ``max_concurrent_batches x maxNumBatchedTokens``. Where the release's own KV cache
+groups are known (V4-Flash, proven by conformance/capacity_check.py) this is vLLM's block
+arithmetic on them (``kv_blocks``, vLLM 0.33.0's own code); elsewhere a per-token estimate
+(``per_request_bytes``). Pure: no clock, no environment, no Kubernetes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.catalog.capacity import (
+    BF16_KV_DTYPES,
+    MTP_SUFFIX,
+    PACKED_KV_DTYPES,
+    CapacityGeometry,
+    KvGroup,
+    KvLayerSpec,
+    KvRecord,
+)
+
+
+def pool_concurrency(num_blocks: int, blocks_per_request: int) -> float:
+    """vLLM's maximum concurrency of a block pool (``get_max_concurrency_for_kv_cache_config``),
+    0 where it refuses to start: the pool keeps one null block, so one request needs
+    ``blocks_per_request + 1`` blocks (``_check_enough_kv_cache_memory``)."""
+    if num_blocks <= blocks_per_request:
+        return 0.0
+    return num_blocks / blocks_per_request
+
+
+def kv_family(kv_cache_dtype: str | None) -> str | None:
+    """``packed`` or ``bf16`` for ``kvCacheDtype`` (None or auto: vLLM's packed default)."""
+    dtype = (kv_cache_dtype or "auto").lower()
+    if dtype in PACKED_KV_DTYPES:
+        return "packed"
+    if dtype in BF16_KV_DTYPES:
+        return "bf16"
+    return None
+
+
+def kv_records(
+    geometry: CapacityGeometry, kv_cache_dtype: str | None
+) -> tuple[KvRecord, ...] | str:
+    """The KV records for ``kvCacheDtype`` (None or auto: vLLM's packed default), or why not."""
+    family = kv_family(kv_cache_dtype)
+    if family is None:
+        known = ", ".join(sorted(PACKED_KV_DTYPES | BF16_KV_DTYPES))
+        return f"spec.engine.kvCacheDtype {kv_cache_dtype!r} has no known KV record size ({known})"
+    return geometry.kv_records[family]
+
+
+def kv_groups(geometry: CapacityGeometry, spec: DeepSeekServingSpec) -> tuple[KvGroup, ...] | None:
+    """The release's KV cache groups for ``spec``'s kvCacheDtype and speculative method, or None
+    where they are not known (the per-token estimate applies)."""
+    family = kv_family(spec.engine.kv_cache_dtype)
+    if geometry.kv_groups is None or family is None:
+        return None
+    draft = spec.engine.speculative_config
+    if draft is None:
+        return geometry.kv_groups.get(family)
+    if draft.get("method") == "mtp":
+        return geometry.kv_groups.get(family + MTP_SUFFIX)
+    return None
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def layer_blocks_per_request(
+    spec: KvLayerSpec, max_model_len: int, in_flight_tokens: int, dcp: int
+) -> int:
+    """Blocks one request at ``max_model_len`` takes of one layer spec (vLLM 0.33.0
+    ``max_memory_usage_bytes`` / ``page_size_bytes`` of v1/kv_cache_interface.py)."""
+    if spec.kind == "circular":
+        return 1  # the ring occupies one block for the request's lifetime
+    if spec.kind == "sliding":
+        assert spec.window is not None
+        tokens = min(spec.window - 1 + in_flight_tokens, max_model_len)
+        # +1: the window need not start at a block boundary.
+        return _cdiv(tokens, spec.block_size) + 1
+    return _cdiv(_cdiv(max_model_len, dcp), spec.block_size)
+
+
+def kv_blocks(
+    groups: Sequence[KvGroup],
+    kv_bytes: int,
+    max_model_len: int,
+    in_flight_tokens: int,
+    pipeline_stages: int,
+    dcp: int,
+) -> tuple[int, int, int]:
+    """vLLM's block pool for ``kv_bytes`` per GPU: (bytes per block, blocks per request at
+    ``max_model_len``, number of blocks), as v1/core/kv_cache_planning.py and
+    ``get_max_concurrency_for_kv_cache_config`` compute them.
+
+    A block costs the largest group's page over all its layers (every group draws from one pool);
+    a group's request takes the most blocks any of its layers needs; the groups add up.
+    INFERRED for pipeline stages > 1 (not proven by conformance): each stage holds 1/PP of
+    every group's layers.
+    """
+    bytes_per_block = _cdiv(max(g.page_bytes for g in groups), pipeline_stages)
+    per_request = sum(
+        max(
+            layer_blocks_per_request(spec, max_model_len, in_flight_tokens, dcp)
+            for spec, _ in g.layers
+        )
+        for g in groups
+    )
+    return bytes_per_block, per_request, max(kv_bytes, 0) // bytes_per_block
+
+
+def max_concurrent_batches(spec: DeepSeekServingSpec) -> int:
+    """vLLM's ``max_concurrent_batches``: 2 with async scheduling at PP 1, else the PP size."""
+    pp = spec.parallelism.pipeline_parallel_size
+    return 2 if pp == 1 else pp
+
+
+def per_request_bytes(
+    records: Sequence[KvRecord],
+    max_model_len: int,
+    in_flight_tokens: int,
+    pipeline_stages: int,
+    dcp: int,
+) -> int:
+    """KV bytes one request at ``max_model_len`` takes on one GPU of its DP rank."""
+    total = 0
+    for record in records:
+        if record.circular_rows is not None:
+            tokens = record.circular_rows
+        elif record.window is not None:
+            tokens = min(record.window - 1 + in_flight_tokens, max_model_len)
+        else:
+            # Full-attention records shard their token positions over decode context parallel.
+            tokens = math.ceil(max_model_len / dcp)
+        states = math.ceil(tokens / record.tokens_per_state)
+        total += states * record.bytes_per_state * record.layers
+    return math.ceil(total / pipeline_stages)
