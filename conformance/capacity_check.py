@@ -121,8 +121,18 @@ class CapacityReport:
     not_covered: str = ""
 
 
-# The module of vLLM's KV-cache planner the oracle asks; releases before 0.33.0 plan elsewhere.
-PLANNER_MODULE = "vllm.v1.core.kv_cache_planning"
+# Where the oracle looks for vLLM's KV-cache planner: 0.33.0 moved it into kv_cache_planning
+# (grouping split off into get_global_kv_cache_groups); 0.30.0-0.32.0 keep it in kv_cache_utils.
+PLANNER_MODULES = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
+# Exits 0 where one of them defines get_kv_cache_configs (read from the source: importing the
+# planner costs as much as the whole check).
+PROBE = (
+    "import importlib.util, sys\n"
+    f"for name in {PLANNER_MODULES!r}:\n"
+    "    spec = importlib.util.find_spec(name)\n"
+    "    if spec and 'def get_kv_cache_configs(' in open(spec.origin).read(): sys.exit(0)\n"
+    "sys.exit(1)\n"
+)
 
 
 def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[int], int, int]:
@@ -151,15 +161,16 @@ def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[i
 def check_capacity(release: str, python: Path) -> CapacityReport:
     """(f) for one release: every case of the matrix through the oracle and our model."""
     report = CapacityReport()
-    probe = subprocess.run(
-        [str(python), "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec('{PLANNER_MODULE}') is None)"],
+    proc = subprocess.run(
+        [str(python), "-c", PROBE],
         capture_output=True,
+        text=True,
         check=False,
-    )  # fmt: skip
-    if probe.returncode != 0:
+    )
+    if proc.returncode != 0:
         report.not_covered = (
-            f"not proven: vLLM {release} has no {PLANNER_MODULE}; the model applies 0.33.0's "
-            "KV groups to it"
+            f"not proven: vLLM {release} has get_kv_cache_configs in none of "
+            f"{', '.join(PLANNER_MODULES)}; the model applies 0.33.0's KV groups to it"
         )
         return report
     cases = list(capacity_cases(release))

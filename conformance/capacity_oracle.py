@@ -22,7 +22,11 @@ themselves are not constructed: their linear layers, CUDA events and streams nee
 The specs then go through the release's own planner: the KV cache layout from
 `resolve_kv_cache_layout` over the backends' supported layouts, `get_global_kv_cache_groups`,
 `get_kv_cache_configs` per available figure, and `get_max_concurrency_for_kv_cache_config`
-(v1/core/kv_cache_utils.py). The VllmConfig is a stand-in carrying the real `CacheConfig` and the
+(v1/core/kv_cache_utils.py). Where the planner lives is found by feature, not by version: 0.33.0
+has it in v1/core/kv_cache_planning.py with the grouping split off (`get_global_kv_cache_groups`);
+0.30.0-0.32.0 have it in v1/core/kv_cache_utils.py, whose `get_kv_cache_configs(config, specs,
+available)` groups the layers itself, so the groups are read off the config it returns. The
+VllmConfig is a stand-in carrying the real `CacheConfig` and the
 real VllmConfig properties the planner reads (`max_in_flight_tokens`, `max_concurrent_batches`,
 `num_prefill_lookahead_tokens`).
 """
@@ -47,9 +51,16 @@ compressor = importlib.import_module("vllm.models.deepseek_v4.compressor")
 sparse_swa = importlib.import_module("vllm.v1.attention.backends.mla.sparse_swa")
 flashmla = importlib.import_module("vllm.models.deepseek_v4.nvidia.flashmla")
 flashinfer = importlib.import_module("vllm.models.deepseek_v4.nvidia.flashinfer_sparse")
-planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
 kv_utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
 backend_utils = importlib.import_module("vllm.v1.attention.backends.utils")
+# 0.33.0 moved the planner out of kv_cache_utils into kv_cache_planning and split the grouping
+# (get_global_kv_cache_groups) off get_kv_cache_configs; 0.30.0-0.32.0 plan in kv_cache_utils,
+# where get_kv_cache_configs(config, specs, available) groups the layers itself.
+try:
+    planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
+except ModuleNotFoundError:
+    planning = kv_utils
+GLOBAL_GROUPS = getattr(planning, "get_global_kv_cache_groups", None)
 
 V4_ARCH = "DeepseekV4ForCausalLM"
 # V4-Flash (HF config): compress ratios per layer, head_dim, sliding window, indexer head.
@@ -96,8 +107,10 @@ class StandInConfig(SimpleNamespace):
 
     max_concurrent_batches = VllmConfig.max_concurrent_batches
     max_in_flight_tokens = VllmConfig.max_in_flight_tokens
-    num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens
     num_speculative_tokens = VllmConfig.num_speculative_tokens
+    # 0.31.0 on (0.30.0 derives the retained lookahead from the SpeculativeConfig itself).
+    if hasattr(VllmConfig, "num_prefill_lookahead_tokens"):
+        num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens
 
 
 def attention_class(kv_cache_dtype: str) -> Any:
@@ -120,6 +133,8 @@ def stand_in(case: dict[str, Any], block_size: int, cache_dtype: str) -> StandIn
             max_model_len=case["max_model_len"],
             original_max_model_len=case["max_model_len"],
             supports_kv_cache_grouping=False,
+            # 0.30.0's planner flags the MTP draft group by model type (_is_deepseek_v4_eagle).
+            hf_config=SimpleNamespace(model_type="deepseek_v4"),
         ),
         scheduler_config=SimpleNamespace(
             max_num_batched_tokens=case["max_num_batched_tokens"],
@@ -220,6 +235,27 @@ def spec_summary(spec: Any) -> dict[str, Any]:
     }
 
 
+# Bytes no KV pool reaches: where a release groups inside get_kv_cache_configs, the groups are
+# read off a pool of this size (the grouping does not depend on the bytes available).
+UNBOUNDED = 1 << 60
+
+
+def plan_groups(config: StandInConfig, specs: dict[str, Any]) -> list[Any]:
+    """The release's KV cache groups of the whole model (one worker's specs)."""
+    if GLOBAL_GROUPS is not None:
+        return list(GLOBAL_GROUPS(config, [specs]))
+    return list(planning.get_kv_cache_configs(config, [specs], [UNBOUNDED])[0].kv_cache_groups)
+
+
+def plan_pool(
+    config: StandInConfig, specs: dict[str, Any], available: int, groups: list[Any]
+) -> Any:
+    """The release's KV cache config for one worker with `available` bytes."""
+    if GLOBAL_GROUPS is not None:
+        return planning.get_kv_cache_configs(config, [specs], [available], groups)[0]
+    return planning.get_kv_cache_configs(config, [specs], [available])[0]
+
+
 def answer(case: dict[str, Any]) -> dict[str, Any]:
     """vLLM's groups, blocks and concurrency for one case."""
     if case["architecture"] != V4_ARCH:
@@ -227,7 +263,7 @@ def answer(case: dict[str, Any]) -> dict[str, Any]:
     specs, config, backends = v4_specs(case)
     supported = [x.name for x in backend_utils.get_supported_kv_cache_layouts(backends)]
     backend_utils.resolve_kv_cache_layout(config, [supported], specs.values())
-    groups = planning.get_global_kv_cache_groups(config, [specs])
+    groups = plan_groups(config, specs)
     summary = []
     blocks_per_request = 0
     for group in groups:
@@ -243,7 +279,7 @@ def answer(case: dict[str, Any]) -> dict[str, Any]:
     pools = []
     for available in case["available"]:
         try:
-            kv_config = planning.get_kv_cache_configs(config, [specs], [available], groups)[0]
+            kv_config = plan_pool(config, specs, available, groups)
         except ValueError as exc:  # not enough KV memory for one request at max_model_len
             pools.append({"available": available, "refused": str(exc)[:300]})
             continue
