@@ -9,9 +9,9 @@ available bytes, and reports every difference.
 
 Speculative decoding is MTP (V4-Flash's one MTP module): the draft layer adds a sliding-window
 cache, and the retained lookahead comes from vLLM's own `num_prefill_lookahead_tokens` on a
-SpeculativeConfig stand-in. What is not covered, and why: V4.1-Flash (its cache layers need the
-checkpoint's kv-source layer pattern, which the repository does not hold; its KV figures stay a
-per-token estimate), other speculative methods, pipeline and decode context parallelism (vLLM
+SpeculativeConfig stand-in. What is not covered, and why: V4.1-Flash (the oracle builds its
+specs from the release's own cache layers, but our model has no V4.1 groups yet: its KV figures
+stay a per-token estimate), other speculative methods, pipeline and decode context parallelism (vLLM
 projects the groups per stage; V4's sliding-window specs refuse DCP). Weight bytes per GPU are
 computed from checkpoint dimensions, not counted on the meta device: see docs/capacity.md and
 docs/limits.md.
