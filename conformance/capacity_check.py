@@ -9,9 +9,9 @@ available bytes, and reports every difference.
 
 Speculative decoding is MTP (V4-Flash's one MTP module): the draft layer adds a sliding-window
 cache, and the retained lookahead comes from vLLM's own `num_prefill_lookahead_tokens` on a
-SpeculativeConfig stand-in. What is not covered, and why: V4.1-Flash (its cache layers need the
-checkpoint's kv-source layer pattern, which the repository does not hold; its KV figures stay a
-per-token estimate), other speculative methods, pipeline and decode context parallelism (vLLM
+SpeculativeConfig stand-in. What is not covered, and why: V4.1-Flash (the oracle builds its
+specs from the release's own cache layers, but our model has no V4.1 groups yet: its KV figures
+stay a per-token estimate), other speculative methods, pipeline and decode context parallelism (vLLM
 projects the groups per stage; V4's sliding-window specs refuse DCP). Weight bytes per GPU are
 computed from checkpoint dimensions, not counted on the meta device: see docs/capacity.md and
 docs/limits.md.
@@ -122,8 +122,18 @@ class CapacityReport:
     not_covered: str = ""
 
 
-# The module of vLLM's KV-cache planner the oracle asks; releases before 0.33.0 plan elsewhere.
-PLANNER_MODULE = "vllm.v1.core.kv_cache_planning"
+# Where the oracle looks for vLLM's KV-cache planner: 0.33.0 moved it into kv_cache_planning
+# (grouping split off into get_global_kv_cache_groups); 0.30.0-0.32.0 keep it in kv_cache_utils.
+PLANNER_MODULES = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
+# Exits 0 where one of them defines get_kv_cache_configs (read from the source: importing the
+# planner costs as much as the whole check).
+PROBE = (
+    "import importlib.util, sys\n"
+    f"for name in {PLANNER_MODULES!r}:\n"
+    "    spec = importlib.util.find_spec(name)\n"
+    "    if spec and 'def get_kv_cache_configs(' in open(spec.origin).read(): sys.exit(0)\n"
+    "sys.exit(1)\n"
+)
 
 
 def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[int], int, int]:
@@ -152,15 +162,16 @@ def _ours(case: CapacityCase, release: str) -> tuple[tuple[KvGroup, ...], list[i
 def check_capacity(release: str, python: Path) -> CapacityReport:
     """(f) for one release: every case of the matrix through the oracle and our model."""
     report = CapacityReport()
-    probe = subprocess.run(
-        [str(python), "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec('{PLANNER_MODULE}') is None)"],
+    proc = subprocess.run(
+        [str(python), "-c", PROBE],
         capture_output=True,
+        text=True,
         check=False,
-    )  # fmt: skip
-    if probe.returncode != 0:
+    )
+    if proc.returncode != 0:
         report.not_covered = (
-            f"not proven: vLLM {release} has no {PLANNER_MODULE}; the model applies 0.33.0's "
-            "KV groups to it"
+            f"not proven: vLLM {release} has get_kv_cache_configs in none of "
+            f"{', '.join(PLANNER_MODULES)}; the model applies 0.33.0's KV groups to it"
         )
         return report
     cases = list(capacity_cases(release))

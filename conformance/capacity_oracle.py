@@ -6,7 +6,10 @@ stdin, writes a JSON object with one answer per case (same order) on stdout:
     ~/.cache/deepseek-operator/vllm/0.33.0/bin/python -m conformance.capacity_oracle < cases.json
 
 A case: `{"id", "architecture", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
-"tensor_parallel_size", "data_parallel_size", "available": [bytes, ...]}`.
+"tensor_parallel_size", "data_parallel_size", "available": [bytes, ...]}`; a V4.1 case
+(`DeepseekV41ForCausalLM`) may add `gpu_capability` ([major, minor], default [10, 0]) and
+`attention_backend` (an `AttentionBackendEnum` name; default: the release's own choice on CPU,
+where mega attention's kernel is absent).
 
 How the specs are built on CPU: the release's own cache layers (`DeepseekV4SWACache`,
 `CompressorStateCache`, `DeepseekV4IndexerCache`) are constructed per layer of V4-Flash's
@@ -19,10 +22,22 @@ for the KV dtype (FlashMLA for the packed fp8_ds_mla layout, FlashInfer MLA for 
 is that class's backend's own `get_supported_kernel_block_sizes()`. The attention layers
 themselves are not constructed: their linear layers, CUDA events and streams need a GPU.
 
+V4.1-Flash's specs come the same way from the release's models/deepseek_v41/ cache layers
+(`DeepseekV4SWACache` with V4.1's 32-token blocks and packed records, the kv-source layers'
+`DeepseekV4Attention.get_kv_cache_spec`, their `CompressorStateCache` rings and indexer K
+caches), laid out by the checkpoint's kv-source / index-source layer pattern, under a faked GPU:
+the record (528 B MXFP8 on SM100, else V4's 584 B), the block size and the attention class
+(`_select_dsv4_attn_cls`; mega attention brings the 288 B nvfp4 compressed record) depend on it.
+Arguments a release's SWA cache lacks (0.30.0-0.32.0) are left out by its signature.
+
 The specs then go through the release's own planner: the KV cache layout from
 `resolve_kv_cache_layout` over the backends' supported layouts, `get_global_kv_cache_groups`,
 `get_kv_cache_configs` per available figure, and `get_max_concurrency_for_kv_cache_config`
-(v1/core/kv_cache_utils.py). The VllmConfig is a stand-in carrying the real `CacheConfig` and the
+(v1/core/kv_cache_utils.py). Where the planner lives is found by feature, not by version: 0.33.0
+has it in v1/core/kv_cache_planning.py with the grouping split off (`get_global_kv_cache_groups`);
+0.30.0-0.32.0 have it in v1/core/kv_cache_utils.py, whose `get_kv_cache_configs(config, specs,
+available)` groups the layers itself, so the groups are read off the config it returns. The
+VllmConfig is a stand-in carrying the real `CacheConfig` and the
 real VllmConfig properties the planner reads (`max_in_flight_tokens`, `max_concurrent_batches`,
 `num_prefill_lookahead_tokens`).
 """
@@ -30,13 +45,15 @@ real VllmConfig properties the planner reads (`max_in_flight_tokens`, `max_concu
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
+import math
 import sys
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-from conformance import fake_platform, vllm_cli  # noqa: F401  (CPU platform first)
+from conformance import fake_platform, vllm_cli  # CPU platform first
 
 # isort: split
 import torch
@@ -47,9 +64,16 @@ compressor = importlib.import_module("vllm.models.deepseek_v4.compressor")
 sparse_swa = importlib.import_module("vllm.v1.attention.backends.mla.sparse_swa")
 flashmla = importlib.import_module("vllm.models.deepseek_v4.nvidia.flashmla")
 flashinfer = importlib.import_module("vllm.models.deepseek_v4.nvidia.flashinfer_sparse")
-planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
 kv_utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
 backend_utils = importlib.import_module("vllm.v1.attention.backends.utils")
+# 0.33.0 moved the planner out of kv_cache_utils into kv_cache_planning and split the grouping
+# (get_global_kv_cache_groups) off get_kv_cache_configs; 0.30.0-0.32.0 plan in kv_cache_utils,
+# where get_kv_cache_configs(config, specs, available) groups the layers itself.
+try:
+    planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
+except ModuleNotFoundError:
+    planning = kv_utils
+GLOBAL_GROUPS = getattr(planning, "get_global_kv_cache_groups", None)
 
 V4_ARCH = "DeepseekV4ForCausalLM"
 # V4-Flash (HF config): compress ratios per layer, head_dim, sliding window, indexer head.
@@ -58,6 +82,17 @@ HEAD_DIM = 512
 WINDOW = 128
 INDEX_HEAD_DIM = 128
 INDEX_QUANT_BLOCK = 128  # DeepseekV4Indexer.quant_block_size
+
+V41_ARCH = "DeepseekV41ForCausalLM"
+# V4.1-Flash (the checkpoint's config.json, text_config): 40 backbone layers whose compress ratios
+# are 0 (sliding window only), 2 and 1; only the kv-source layers own a compressor and a
+# compressed-KV cache, the index-source layers an indexer (the kv sources among them own its K
+# cache); every other layer reads the latest source below it. 64 heads in 8 output groups.
+V41_FLASH_RATIOS = [0, 0] + [2] * 18 + [1] * 20
+V41_KV_SOURCES = (2, 8, 14, 20)
+V41_INDEX_SOURCES = (2, 8, 14, 20, 24, 28, 32, 36)
+V41_HEADS, V41_O_GROUPS = 64, 8
+V41_SWA_BLOCK = 32  # DeepseekV4Attention.__init__ passes block_size=32 to its SWA cache
 
 
 def speculative_config(case: dict[str, Any]) -> SimpleNamespace | None:
@@ -96,8 +131,10 @@ class StandInConfig(SimpleNamespace):
 
     max_concurrent_batches = VllmConfig.max_concurrent_batches
     max_in_flight_tokens = VllmConfig.max_in_flight_tokens
-    num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens
     num_speculative_tokens = VllmConfig.num_speculative_tokens
+    # 0.31.0 on (0.30.0 derives the retained lookahead from the SpeculativeConfig itself).
+    if hasattr(VllmConfig, "num_prefill_lookahead_tokens"):
+        num_prefill_lookahead_tokens = VllmConfig.num_prefill_lookahead_tokens
 
 
 def attention_class(kv_cache_dtype: str) -> Any:
@@ -120,6 +157,8 @@ def stand_in(case: dict[str, Any], block_size: int, cache_dtype: str) -> StandIn
             max_model_len=case["max_model_len"],
             original_max_model_len=case["max_model_len"],
             supports_kv_cache_grouping=False,
+            # 0.30.0's planner flags the MTP draft group by model type (_is_deepseek_v4_eagle).
+            hf_config=SimpleNamespace(model_type="deepseek_v4"),
         ),
         scheduler_config=SimpleNamespace(
             max_num_batched_tokens=case["max_num_batched_tokens"],
@@ -207,6 +246,116 @@ def v4_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[
     return specs, config, backends
 
 
+def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[Any]]:
+    """Every KV cache spec of V4.1-Flash's backbone layers, built by the release's own cache
+    layers with the arguments models/deepseek_v41/attention.py's `DeepseekV4Attention.__init__`
+    passes them. The attention class is the one the release's own `_select_dsv4_attn_cls` picks
+    for the case's attention backend (None: its default) on the faked GPU; call within
+    `fake_platform.device_capability` (the records, the block size and mega attention depend on
+    the GPU)."""
+    v41 = importlib.import_module("vllm.models.deepseek_v41.attention")
+    v41_compressor = importlib.import_module("vllm.models.deepseek_v41.compressor")
+    v41_model = importlib.import_module("vllm.models.deepseek_v41.nvidia.model")
+    indexer = importlib.import_module("vllm.v1.attention.backends.mla.indexer")
+    from vllm.config import AttentionConfig
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    dtype = case["kv_cache_dtype"]
+    config = stand_in(case, 16, dtype)  # the block size is the attention backend's, below
+    backend = case.get("attention_backend")
+    config.attention_config = AttentionConfig(
+        backend=AttentionBackendEnum[backend] if backend else None
+    )
+    config.model_config.hf_config = SimpleNamespace(
+        model_type="deepseek_v41", num_attention_heads=V41_HEADS, o_groups=V41_O_GROUPS
+    )
+    cls = v41_model._select_dsv4_attn_cls(config)
+    config.cache_config.block_size = int(cls.backend_cls.get_supported_kernel_block_sizes()[0])
+    # The layer's own properties, read off a bare instance (no constructor: it needs a GPU).
+    layer = object.__new__(cls)
+    # 0.31.0 on: the layer names the packed record an unspecific dtype resolves to (mega
+    # attention: nvfp4_ds_mla); 0.30.0 always resolves to fp8_ds_mla.
+    preferred = [layer.packed_kv_cache_dtype] if hasattr(cls, "packed_kv_cache_dtype") else []
+    kv_dtype, torch_dtype = v41._resolve_dsv4_kv_cache_dtype(
+        layer._uses_fp8_ds_mla_layout(),
+        config.cache_config.cache_dtype,
+        config.cache_config,
+        *preferred,
+    )
+    mxfp8 = v41._use_v41_mxfp8_kv_record()
+    swa_bytes = 528 if mxfp8 else 584
+    compressed_bytes = 288 if kv_dtype == "nvfp4_ds_mla" else swa_bytes
+    alignment = 512 if mxfp8 else 576
+    # Arguments later releases added (0.32.0: bounded replay, 0.33.0: the block stride shared
+    # with the compressed record), passed where the release's SWA cache takes them.
+    swa_extra = {
+        "packed_block_stride_alignment": math.lcm(swa_bytes, compressed_bytes) if mxfp8 else None,
+        # Bounded replay needs model runner V2 and changes prefix caching, not bytes.
+        "bounded_replay": False,
+    }
+    accepted = inspect.signature(sparse_swa.DeepseekV4SWACache.__init__).parameters
+    swa_extra = {k: v for k, v in swa_extra.items() if k in accepted}
+    specs: dict[str, Any] = {}
+    owners: list[Any] = []
+    current = mock.patch.multiple
+    with (
+        current(sparse_swa, get_current_vllm_config=lambda: config),
+        current(v41, get_current_vllm_config=lambda: config),
+        current(v41_compressor, get_current_vllm_config=lambda: config),
+    ):
+        for index, ratio in enumerate(V41_FLASH_RATIOS):
+            prefix = f"model.layers.{index}.attn"
+            swa = sparse_swa.DeepseekV4SWACache(
+                head_dim=HEAD_DIM,
+                window_size=WINDOW,
+                dtype=torch_dtype,
+                prefix=f"{prefix}.swa_cache",
+                cache_config=config.cache_config,
+                backend_cls=cls.swa_backend_cls,
+                block_size=V41_SWA_BLOCK,
+                packed_bytes_per_token=swa_bytes,
+                packed_page_alignment=alignment,
+                **swa_extra,
+            )
+            specs[swa.prefix] = swa.get_kv_cache_spec(config)
+            owners.append(swa)
+            if index not in V41_KV_SOURCES:
+                continue
+            source = SimpleNamespace(
+                is_kv_source=True,
+                kv_cache_dtype=kv_dtype,
+                head_dim=HEAD_DIM,
+                compress_ratio=ratio,
+                kv_cache_torch_dtype=torch_dtype,
+                kv_page_alignment=alignment,
+                compressed_bytes_per_token=compressed_bytes,
+                kv_bytes_per_token=compressed_bytes,  # 0.30.0's name for the record width
+            )
+            specs[prefix] = v41.DeepseekV4Attention.get_kv_cache_spec(source, config)
+            if ratio > 1:  # DeepseekCompressor: a state ring for ratios above 1
+                state = v41_compressor.CompressorStateCache(
+                    state_dim=2 * HEAD_DIM,
+                    dtype=torch.float32,
+                    prefix=f"{prefix}.compressor.state_cache",
+                )
+                specs[state.prefix] = state.get_kv_cache_spec(config)
+                owners.append(state)
+            if index in V41_INDEX_SOURCES:  # a kv source owns its indexer's K cache
+                k_cache = v41.DeepseekV4IndexerCache(
+                    head_dim=v41._indexer_k_cache_head_dim(
+                        INDEX_HEAD_DIM, indexer.dsa_indexer_uses_fp4(config)
+                    ),
+                    dtype=torch.uint8,
+                    prefix=f"{prefix}.indexer.k_cache",
+                    cache_config=config.cache_config,
+                    compress_ratio=ratio,
+                )
+                specs[k_cache.prefix] = k_cache.get_kv_cache_spec(config)
+                owners.append(k_cache)
+    backends = [cls.backend_cls, *dict.fromkeys(o.get_attn_backend() for o in owners)]
+    return specs, config, backends
+
+
 def spec_summary(spec: Any) -> dict[str, Any]:
     """The figures of one per-layer spec that capacity depends on."""
     kind = "sliding" if hasattr(spec, "sliding_window") and spec.sliding_window else "full"
@@ -220,14 +369,44 @@ def spec_summary(spec: Any) -> dict[str, Any]:
     }
 
 
+# Bytes no KV pool reaches: where a release groups inside get_kv_cache_configs, the groups are
+# read off a pool of this size (the grouping does not depend on the bytes available).
+UNBOUNDED = 1 << 60
+
+
+def plan_groups(config: StandInConfig, specs: dict[str, Any]) -> list[Any]:
+    """The release's KV cache groups of the whole model (one worker's specs)."""
+    if GLOBAL_GROUPS is not None:
+        return list(GLOBAL_GROUPS(config, [specs]))
+    return list(planning.get_kv_cache_configs(config, [specs], [UNBOUNDED])[0].kv_cache_groups)
+
+
+def plan_pool(
+    config: StandInConfig, specs: dict[str, Any], available: int, groups: list[Any]
+) -> Any:
+    """The release's KV cache config for one worker with `available` bytes."""
+    if GLOBAL_GROUPS is not None:
+        return planning.get_kv_cache_configs(config, [specs], [available], groups)[0]
+    return planning.get_kv_cache_configs(config, [specs], [available])[0]
+
+
 def answer(case: dict[str, Any]) -> dict[str, Any]:
     """vLLM's groups, blocks and concurrency for one case."""
+    if case["architecture"] == V41_ARCH:
+        with fake_platform.device_capability(*case.get("gpu_capability", (10, 0))):
+            return plan(case, *v41_specs(case))
     if case["architecture"] != V4_ARCH:
         return {"id": case["id"], "error": f"no CPU spec builder for {case['architecture']}"}
-    specs, config, backends = v4_specs(case)
+    return plan(case, *v4_specs(case))
+
+
+def plan(
+    case: dict[str, Any], specs: dict[str, Any], config: StandInConfig, backends: list[Any]
+) -> dict[str, Any]:
+    """The release's planner over one worker's specs: groups, blocks and concurrency."""
     supported = [x.name for x in backend_utils.get_supported_kv_cache_layouts(backends)]
     backend_utils.resolve_kv_cache_layout(config, [supported], specs.values())
-    groups = planning.get_global_kv_cache_groups(config, [specs])
+    groups = plan_groups(config, specs)
     summary = []
     blocks_per_request = 0
     for group in groups:
@@ -243,7 +422,7 @@ def answer(case: dict[str, Any]) -> dict[str, Any]:
     pools = []
     for available in case["available"]:
         try:
-            kv_config = planning.get_kv_cache_configs(config, [specs], [available], groups)[0]
+            kv_config = plan_pool(config, specs, available, groups)
         except ValueError as exc:  # not enough KV memory for one request at max_model_len
             pools.append({"available": available, "refused": str(exc)[:300]})
             continue
