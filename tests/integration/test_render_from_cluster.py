@@ -7,12 +7,14 @@ import os
 import pathlib
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 import yaml
 
 from tests.gpu_nodes import make_gpu_node
-from tests.k8s.cluster import ControlPlane
+from tests.k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
+from tests.k8s.operator import install_crds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -106,12 +108,26 @@ def test_render_from_cluster_renders_a_leaderworkerset_only_where_the_cluster_se
         assert placeable["reason"] == "LeaderWorkerSetNotInstalled"
 
 
+@pytest.fixture(scope="module")
+def quiet_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A private API server with our CRDs and no operator: the session's plane may have one
+    running (the e2e tier's), which would converge the live state before the dry run reads it."""
+    cp = start_control_plane(lambda: tmp_path_factory.mktemp("quiet-plane"))
+    try:
+        install_crds(cp)
+        yield cp
+    finally:
+        stop_control_plane(cp)
+
+
 @pytest.mark.integration
 def test_render_from_cluster_lists_the_actions_against_the_live_objects_deletes_too(
-    crds: ControlPlane, namespace: str
+    quiet_plane: ControlPlane,
 ) -> None:
     """The object exists, one child the plan no longer holds is there: the dry run says the
     status would be patched, the children created, and that stale one deleted."""
+    crds, namespace = quiet_plane, "dry-run"
+    crds.kubectl("create", "namespace", namespace)
     doc = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
     doc["metadata"] = {"name": "dry", "namespace": namespace}
     crds.apply(json.dumps(doc))
