@@ -59,7 +59,7 @@ test-unit: venv ## unit tests only (no cluster)
 
 CORPUS ?= /tmp/deepseek-operator-corpus
 corpus: venv ## capture `render` over examples, fixtures and generated variants into $(CORPUS) (diff -r two captures; ~10 min)
-	$(BIN)/python hack/render_corpus.py capture $(CORPUS)
+	$(BIN)/python -m hack.render_corpus capture $(CORPUS)
 
 test: venv cluster-bins vllm-newest lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
