@@ -294,9 +294,10 @@ def gb200(name: str, pool: str) -> dict[str, Any]:
 
 
 def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_system(
-    full_cluster: ControlPlane, namespace: str, node_factory: Any, tmp_path: pathlib.Path
+    lws_cluster: ControlPlane, namespace: str, node_factory: Any, tmp_path: pathlib.Path
 ) -> None:
-    cp = full_cluster
+    # The LWS CRD must be served for `kubectl auth can-i patch leaderworkersets` to answer.
+    cp = lws_cluster
     served = cp.create_namespace(f"{namespace[:50]}-llm")
     release = f"dso-{uuid.uuid4().hex[:5]}"
     try:
