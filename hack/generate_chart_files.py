@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from deepseek_operator.api.admission_schema import type_name
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "deepseek-operator"
 
@@ -144,18 +146,9 @@ def _lookup(values: dict[str, Any], path: str) -> Any:
 
 
 def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
+    name = type_name(value)
+    if name in ("boolean", "integer", "number", "string", "array", "object"):
+        return name
     raise GenerateError(f"cannot infer a JSON type for {value!r}; add a type modifier")
 
 
