@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.records import KeptBody
 from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.nodes.facts import NodeFacts
 from tests.unit.factories import agent_labels, node
@@ -38,7 +39,7 @@ class Recorder(OperatorState):
         self.scheduled: list[tuple[str, str]] = []
         for i in range(SERVINGS):
             rec = self.records.ensure(("llm", f"dss-{i}"))
-            rec.body = {"spec": {"nodeSelector": {"pool": f"p{i % POOLS}"}}}
+            rec.body = KeptBody.of({"spec": {"nodeSelector": {"pool": f"p{i % POOLS}"}}})
 
     def schedule(self, key: tuple[str, str], delay: float, trigger: str) -> None:
         self.scheduled.append(key)
@@ -202,7 +203,7 @@ def test_child_events_reach_only_their_owner_and_a_relisting_only_the_changed_on
     state = children_listed(50)
     assert state.scheduled == []  # the first listing: resume reconciles every owner anyway
     for i in range(50):
-        state.records.ensure(("llm", f"o{i}")).body = {"metadata": {"uid": f"u{i}"}}
+        state.records.ensure(("llm", f"o{i}")).body = KeptBody.of({"metadata": {"uid": f"u{i}"}})
     assert set(state.stores.live_children(("llm", "o3"))) == {
         ("Deployment", "o3"),
         ("Service", "o3"),

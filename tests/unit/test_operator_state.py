@@ -31,6 +31,21 @@ def _body(uid: str = "uid-a", generation: int = 1, **meta: Any) -> dict[str, Any
     }
 
 
+def test_the_latest_body_is_kept_packed_with_its_uid_and_node_selector_beside_it() -> None:
+    state = OperatorState()
+    body = _body(managedFields=[{"manager": "kubectl"}])
+    body["spec"] = {"nodeSelector": {"pool": "gb200-a"}, "model": "deepseek-ai/DeepSeek-V4-🚀"}
+    state.serving_seen("ADDED", body)
+    rec = state.records.get(KEY)
+    assert rec is not None and rec.body is not None
+    assert isinstance(rec.body.packed, bytes)
+    assert (rec.body.uid, dict(rec.body.node_selector)) == ("uid-a", {"pool": "gb200-a"})
+    without_managed_fields = {**body, "metadata": dict(body["metadata"])}
+    del without_managed_fields["metadata"]["managedFields"]
+    assert state.body(KEY) == without_managed_fields
+    assert state.body(KEY) is not state.body(KEY)  # a copy each time: a reconcile may edit it
+
+
 def test_only_a_new_object_a_new_generation_or_the_start_up_listing_reconciles() -> None:
     state = OperatorState()
     assert state.serving_seen(None, _body()) == "resume"  # kopf's initial listing

@@ -494,3 +494,14 @@ def test_a_watch_event_before_the_apply_returns_is_an_echo_unless_someone_wrote_
     assert kube.echoes == [True, True]
     assert outcome.children_changed_meanwhile is changed
     assert all(not r.in_flight for _k, r in rec.records.items())
+    # A version the watch already delivered is never kept a second time as an apply response.
+    assert all(not r.applied for _k, r in rec.records.items())
+
+
+def test_an_apply_response_is_kept_until_the_watch_delivers_that_version() -> None:
+    kube = FakeKube()
+    rec = Reconciler(kube)  # type: ignore[arg-type]
+    _run(rec, _body("a"), gb200_pool())
+    record = rec.records.get(("llm", "a"))
+    assert record is not None
+    assert set(record.applied) == {("Deployment", "a"), ("Service", "a-api")}

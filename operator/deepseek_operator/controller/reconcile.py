@@ -201,7 +201,7 @@ class Reconciler:
         """Drop what we remember about a deleted DeepSeekServing (given ``uid``: unless the
         record now holds a newer object of that name, whose body and handled pair stay)."""
         rec = self.records.get(key)
-        body_uid = _uid(rec.body) if rec is not None and rec.body is not None else ""
+        body_uid = rec.body.uid if rec is not None and rec.body is not None else ""
         if rec is None or not uid or not body_uid or body_uid == uid:
             self.records.forget(key)
         else:
@@ -347,10 +347,12 @@ class Reconciler:
                 f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"
             )
             return
+        seen = rec.in_flight.get(child, 0)
         outcome.children_changed_meanwhile |= rec.landed(child, response)
         metrics.APPLIES.labels(manifest["kind"]).inc()
-        if isinstance(response, dict):
-            # Kept as the child stores keep it (identity, status, the digest of our fields).
+        if isinstance(response, dict) and _rv(response) > seen:
+            # Until the watch delivers this version (if it already has, the store holds it or
+            # a newer one): kept as the child stores keep it.
             rec.applied[child] = reduced_child(response)
 
     def _event(self, body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:

@@ -31,7 +31,7 @@ from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_key
 from deepseek_operator.controller.queue import ReconcileQueue
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
-from deepseek_operator.controller.records import Records, ServingKey
+from deepseek_operator.controller.records import KeptBody, Records, ServingKey
 from deepseek_operator.controller.watches import (
     CHILD_KINDS,
     LIST_WATCHES,
@@ -108,7 +108,14 @@ class OperatorState:
     def body(self, key: ServingKey) -> Mapping[str, Any] | None:
         """The latest body of a DeepSeekServing (None once deleted)."""
         rec = self.records.get(key)
-        return rec.body if rec is not None else None
+        return rec.body.unpacked() if rec is not None and rec.body is not None else None
+
+    def _live_uid(self, key: ServingKey) -> str | None:
+        """The uid of ``key``'s latest body, unless none is kept or it was seen deleted."""
+        rec = self.records.get(key)
+        if rec is None or rec.body is None or self.records.is_gone(rec.body.uid):
+            return None
+        return rec.body.uid
 
     def start_watches(self) -> None:
         """Start listing and watching what :data:`LIST_WATCHES` declares (from the loop)."""
@@ -195,7 +202,7 @@ class OperatorState:
     def pods_changed(self, owners: set[ServingKey]) -> None:
         """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
         for owner in owners:
-            if self.body(owner) is not None:
+            if self._live_uid(owner) is not None:
                 self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)
 
     def nodes_seen(self, listed: dict[str, NodeFacts]) -> None:
@@ -221,10 +228,9 @@ class OperatorState:
         if not changes:
             return
         for key, serving in self.records.bodies():
-            if self.reconciler.is_gone(serving):
+            if self.records.is_gone(serving.uid):
                 continue
-            selector = (serving.get("spec") or {}).get("nodeSelector") or {}
-            if any(change.may_affect(selector) for change in changes):
+            if any(change.may_affect(serving.node_selector) for change in changes):
                 self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
     def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
@@ -270,9 +276,8 @@ class OperatorState:
             self._owner_changed(lws)
 
     def _owner_changed(self, key: ServingKey) -> None:
-        body = self.body(key)
         # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
-        if body is not None and not self.reconciler.is_gone(body):
+        if self._live_uid(key) is not None:
             self.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
 
     def serving_seen(self, type_: str | None, body: Mapping[str, Any]) -> str | None:
@@ -294,7 +299,7 @@ class OperatorState:
         if self.reconciler.is_gone(body):
             return None  # a late event of an object already deleted
         rec = self.records.ensure(key)
-        rec.body = kept(body)
+        rec.body = KeptBody.of(kept(body))
         self.records.serving_observed(key, body)
         if meta.get("deletionTimestamp"):
             return None  # finalizers of others hold it; nothing of ours to do
