@@ -120,7 +120,7 @@ def instrument(spans_path: Path) -> None:
     )
 
     def apply_key(_self: Any, manifest: Any) -> str:
-        meta = manifest.get("metadata") or {}
+        meta = manifest.decoded().get("metadata") or {}
         owner = (meta.get("labels") or {}).get("app.kubernetes.io/instance")
         return f"{meta.get('namespace')}/{owner}"
 

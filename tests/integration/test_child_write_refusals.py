@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.controller.kube import KubeClient, refusal
+from deepseek_operator.controller.kube import EncodedObject, KubeClient, refusal
 from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from tests.k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
@@ -49,11 +49,12 @@ class DuplicateEnvKube(KubeClient):
         self.spoil = True
         self.answers: list[int] = []
 
-    def _apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> Any:
-        if self.spoil and obj["kind"] == "Deployment":
-            obj = copy.deepcopy(obj)
-            env = obj["spec"]["template"]["spec"]["containers"][0]["env"]
+    def _apply(self, obj: EncodedObject, only_if_ours: str | None = None) -> Any:
+        if self.spoil and obj.kind == "Deployment":
+            spoiled = obj.decoded()
+            env = spoiled["spec"]["template"]["spec"]["containers"][0]["env"]
             env.append(dict(env[0]))
+            obj = EncodedObject.of(spoiled)
         try:
             return super()._apply(obj, only_if_ours)
         except Exception as exc:
@@ -161,7 +162,7 @@ def test_the_api_servers_5xx_for_duplicate_keys_is_classified_as_a_refusal(
         },
     }
     with pytest.raises(Exception) as caught:
-        kube._apply(deployment)
+        kube._apply(EncodedObject.of(deployment))
     refused = refusal(caught.value)
     assert refused is not None and 500 <= refused.status < 600
     assert "duplicate" in refused.message

@@ -15,6 +15,7 @@ import kopf
 import pytest
 
 from deepseek_operator.controller.kube import (
+    EncodedObject,
     ForeignObject,
     KubeClient,
     KubeError,
@@ -344,15 +345,15 @@ def test_a_child_not_seen_yet_is_read_first_and_written_only_when_absent_or_ours
 ) -> None:
     kube = OneObject(existing)
     if written:
-        kube._apply(SERVICE, only_if_ours="uid-a")
+        kube._apply(EncodedObject.of(SERVICE), only_if_ours="uid-a")
         assert kube.requests == ["GET", "PATCH"]
     else:
         with pytest.raises(ForeignObject) as caught:
-            kube._apply(SERVICE, only_if_ours="uid-a")
+            kube._apply(EncodedObject.of(SERVICE), only_if_ours="uid-a")
         assert kube.requests == ["GET"]  # never written over
         assert caught.value.message.startswith("Service/a-api already exists and ")
     kube.requests.clear()
-    kube._apply(SERVICE)  # a child the watches show as ours: no read
+    kube._apply(EncodedObject.of(SERVICE))  # a child the watches show as ours: no read
     assert kube.requests == ["PATCH"]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from deepseek_operator.controller.kube import EncodedObject
 from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from tests.unit.factories import gb200_pool
@@ -35,7 +36,8 @@ class EventingKube:
         self.rv += 1
         return str(self.rv)
 
-    async def apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> dict[str, Any]:
+    async def apply(self, encoded: Any, only_if_ours: str | None = None) -> dict[str, Any]:
+        obj = encoded.decoded() if isinstance(encoded, EncodedObject) else encoded
         out = copy.deepcopy(obj)
         out["metadata"]["resourceVersion"] = self._next()
         meta = out["metadata"]

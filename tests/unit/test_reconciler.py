@@ -16,6 +16,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from deepseek_operator.controller.kube import (
+    EncodedObject,
     ForeignObject,
     OwnerGone,
     controlled_by,
@@ -40,7 +41,8 @@ class FakeKube:
         self.refuse_status = 422
         self.existing: dict[str, dict[str, Any]] = {}  # "Kind/name" -> an object already there
 
-    async def apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> dict[str, Any]:
+    async def apply(self, encoded: Any, only_if_ours: str | None = None) -> dict[str, Any]:
+        obj = encoded.decoded() if isinstance(encoded, EncodedObject) else encoded
         child = f"{obj['kind']}/{obj['metadata']['name']}"
         if only_if_ours is not None:  # KubeClient reads the object first, in the same call
             self.calls.append(("read", child))
@@ -468,8 +470,10 @@ class EchoingKube(FakeKube):
         self.overtaken = overtaken
         self.echoes: list[bool] = []  # what child_observed answered for each early event
 
-    async def apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> dict[str, Any]:
+    async def apply(self, encoded: Any, only_if_ours: str | None = None) -> dict[str, Any]:
+        obj = encoded.decoded() if isinstance(encoded, EncodedObject) else encoded
         response = await super().apply(obj, only_if_ours)
+        obj = obj.decoded() if isinstance(obj, EncodedObject) else obj
         early = copy.deepcopy(response)
         if f"{obj['kind']}/{obj['metadata']['name']}" in self.overtaken:
             early["metadata"]["resourceVersion"] = str(self.rv + 50)

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +31,13 @@ from deepseek_operator.controller.api_errors import (
     WriteRefused,
     refusal,
 )
+from deepseek_operator.controller.encoding import EncodedObject, encode_body
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
 __all__ = [
     "TRY_AGAIN_STATUSES",
+    "EncodedObject",
     "ForeignObject",
     "KubeClient",
     "KubeError",
@@ -57,30 +58,6 @@ BACKGROUND_WRITERS = 16
 # How often the client's credential hook runs (a token file or kubeconfig re-read; service
 # account tokens are rotated on a scale of minutes).
 CREDENTIAL_RECHECK_S = 10.0
-
-
-# Characters the API server's YAML decoder refuses raw (DEL, C1 controls, surrogates, the BOM,
-# U+FFFE/U+FFFF); JSON escapes only those below U+0020 itself.
-_YAML_REFUSED = re.compile("[\x7f-\x9f\ud800-\udfff\ufeff\ufffe\uffff]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
-
-
-def encode_body(body: Any) -> bytes:
-    """A request body as the API server must receive it: compact JSON in UTF-8.
-
-    A server-side apply body is read by a YAML decoder, which refuses a surrogate-pair escape
-    (what JSON writes for a character beyond the Basic Multilingual Plane, e.g. an emoji in an
-    env value) and refuses raw control characters such as DEL: so characters go out raw except
-    those YAML may not hold, which go out as (BMP) ``\\u`` escapes. Both would otherwise be
-    a 400 the Deployment API itself would not give.
-    """
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    if _YAML_REFUSED.search(text) is not None:
-        text = _YAML_REFUSED.sub(_escape, text)
-    return text.encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -256,13 +233,13 @@ class KubeClient:
             raise
         return True
 
-    def object_path(self, obj: dict[str, Any]) -> str:
+    def object_path(self, obj: Mapping[str, Any] | EncodedObject) -> str:
         """REST path of a child object."""
-        meta = obj["metadata"]
-        resource = self.resource(obj["apiVersion"], obj["kind"])
-        return resource.path(meta.get("namespace", ""), meta["name"])
+        if not isinstance(obj, EncodedObject):
+            obj = EncodedObject.of(obj)
+        return self.resource(obj.api_version, obj.kind).path(obj.namespace, obj.name)
 
-    def _apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> Any:
+    def _apply(self, obj: EncodedObject, only_if_ours: str | None = None) -> Any:
         path = self.object_path(obj)
         if only_if_ours is not None:
             try:
@@ -272,8 +249,7 @@ class KubeClient:
                     raise
             else:
                 if not controlled_by(existing or {}, only_if_ours):
-                    meta = obj["metadata"]
-                    raise ForeignObject(obj["kind"], meta["name"], describe_owner(existing or {}))
+                    raise ForeignObject(obj.kind, obj.name, describe_owner(existing or {}))
         return self._call(
             "PATCH",
             path,
@@ -282,15 +258,18 @@ class KubeClient:
             [("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
 
-    async def apply(self, obj: dict[str, Any], only_if_ours: str | None = None) -> Any:
+    async def apply(
+        self, obj: Mapping[str, Any] | EncodedObject, only_if_ours: str | None = None
+    ) -> Any:
         """Server-side apply ``obj`` under our field manager, taking over conflicting fields.
 
         ``only_if_ours``: a uid; for a child the watches have not shown us, it is read first
         (one GET) and written only if absent or controlled by that uid, else
         :class:`ForeignObject` (a server-side apply would silently adopt an object without
         owner, or be refused forever for one with another controller)."""
+        encoded = obj if isinstance(obj, EncodedObject) else EncodedObject.of(obj)
         return await self.queue.run(
-            Priority.BACKGROUND, functools.partial(self._apply, obj, only_if_ours)
+            Priority.BACKGROUND, functools.partial(self._apply, encoded, only_if_ours)
         )
 
     def _delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:

@@ -40,6 +40,12 @@ from deepseek_operator.actions import (
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import reduced_child
+from deepseek_operator.controller.encoding import (
+    EncodedApply,
+    EncodedObject,
+    encoded,
+    encoded_apply,
+)
 from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
@@ -237,7 +243,8 @@ class Reconciler:
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
-        outcome = Outcome(resolution=planned.resolution, recheck_after=recheck)
+        resolution = planned.resolution
+        outcome = Outcome(resolution=resolution, recheck_after=recheck)
         status = planned.status_dict
         writes = write_actions(
             planned.objects,
@@ -253,7 +260,10 @@ class Reconciler:
             # Its controller may fail to create a StatefulSet for what we just wrote and say so
             # only in an Event, changing nothing we watch: look again.
             outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
-        await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, writes.actions, outcome)
+        # Only the encoded children wait for a writer thread, not the rendered objects.
+        actions = [encoded(action) for action in writes.actions]
+        del planned, writes
+        await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, actions, outcome)
         then = after_write_actions(
             status,
             outcome.refused,
@@ -267,7 +277,7 @@ class Reconciler:
             (obj.namespace, obj.name),
             obj.uid,
             body,
-            then + decision_actions(observed, planned.resolution),
+            then + decision_actions(observed, resolution),
             outcome,
         )
         return outcome
@@ -278,7 +288,7 @@ class Reconciler:
         key: tuple[str, str],
         uid: str,
         body: Mapping[str, Any],
-        actions: Iterable[Action],
+        actions: Iterable[Action | EncodedApply],
         outcome: Outcome,
     ) -> None:
         """Run ``actions`` in order; a run of child writes goes out at once (concurrently).
@@ -288,7 +298,7 @@ class Reconciler:
         when it is not."""
         batch: list[Awaitable[None]] = []
         for action in [*actions, None]:
-            if isinstance(action, Apply | Delete):
+            if isinstance(action, Apply | EncodedApply | Delete):
                 batch.append(self._write(rec, key[0], uid, action, outcome))
                 continue
             if batch:
@@ -305,13 +315,18 @@ class Reconciler:
                 metrics.DECISIONS.labels(action.moe_backend, action.reason).inc()
 
     def _write(
-        self, rec: ServingRecord, namespace: str, uid: str, action: Apply | Delete, outcome: Outcome
+        self,
+        rec: ServingRecord,
+        namespace: str,
+        uid: str,
+        action: Apply | EncodedApply | Delete,
+        outcome: Outcome,
     ) -> Awaitable[None]:
         """The coroutine of one child write (recorded in ``outcome`` as it is planned)."""
-        if isinstance(action, Apply):
-            kind, name = action.child
-            outcome.applied.append(f"{kind}/{name}")
-            return self._apply(rec, uid, dict(action.manifest), outcome, action.unseen)
+        if isinstance(action, Apply | EncodedApply):
+            write = action if isinstance(action, EncodedApply) else encoded_apply(action)
+            outcome.applied.append(f"{write.manifest.kind}/{write.manifest.name}")
+            return self._apply(rec, uid, write.manifest, outcome, write.unseen)
         rec.applied.pop((action.kind, action.name), None)
         outcome.deleted.append(f"{action.kind}/{action.name}")
         return self.kube.delete(action.api_version, action.kind, namespace, action.name)
@@ -320,13 +335,13 @@ class Reconciler:
         self,
         rec: ServingRecord,
         uid: str,
-        manifest: dict[str, Any],
+        manifest: EncodedObject,
         outcome: Outcome,
         unseen: bool,
     ) -> None:
         """Write one child; ``unseen``: the watches show no object of its name, so the API
         server is asked first whether one of someone else's is there."""
-        child = (manifest["kind"], manifest["metadata"]["name"])
+        child = (manifest.kind, manifest.name)
         rec.in_flight[child] = 0
         response: Any = None
         try:
@@ -343,13 +358,11 @@ class Reconciler:
             refused = refusal(exc)
             if refused is None:  # an outage or a "try again" answer: run_reconcile retries
                 raise
-            outcome.refused.append(
-                f"{manifest['kind']}/{manifest['metadata']['name']}: {refused.message}"
-            )
+            outcome.refused.append(f"{manifest.kind}/{manifest.name}: {refused.message}")
             return
         seen = rec.in_flight.get(child, 0)
         outcome.children_changed_meanwhile |= rec.landed(child, response)
-        metrics.APPLIES.labels(manifest["kind"]).inc()
+        metrics.APPLIES.labels(manifest.kind).inc()
         if isinstance(response, dict) and _rv(response) > seen:
             # Until the watch delivers this version (if it already has, the store holds it or
             # a newer one): kept as the child stores keep it.
