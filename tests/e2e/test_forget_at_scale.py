@@ -47,7 +47,10 @@ def test_a_thousand_servings_created_and_deleted_leave_no_per_object_state(
         node["metadata"]["labels"]["kubernetes.io/hostname"] = node["metadata"]["name"]
     rest = Rest(full_cluster)
     create_nodes(full_cluster, nodes, threads=8)
-    op = OperatorProcess(full_cluster, tmp_path).start()
+    # Its own namespace only: other tests' objects share this control plane.
+    op = OperatorProcess(
+        full_cluster, tmp_path, extra=["--standalone", "--namespace", namespace]
+    ).start()
     try:
         wait_for(lambda: set(_remembered(op)) >= {"records", "children"}, timeout=30, what="gauge")
         assert set(_remembered(op).values()) == {0.0}, _remembered(op)
