@@ -246,6 +246,25 @@ def v4_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[
     return specs, config, backends
 
 
+def _v41_attention_class(config: StandInConfig) -> Any:
+    """The class the release's own `_select_dsv4_attn_cls` picks, as on a GPU whose vLLM build
+    has mega attention's kernels: on CPU `is_flashmla_mega_attn_supported` finds no
+    `_flashmla_C` ops, so it is answered as a GPU build would (its own SM100 check kept)."""
+    from vllm.platforms import current_platform
+
+    v41_model = importlib.import_module("vllm.models.deepseek_v41.nvidia.model")
+    try:  # 0.31.0 on; 0.30.0 has no mega attention
+        mega = importlib.import_module("vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn")
+    except ModuleNotFoundError:
+        return v41_model._select_dsv4_attn_cls(config)
+
+    def built() -> tuple[bool, str | None]:
+        return current_platform.is_device_capability_family(100), None
+
+    with mock.patch.object(mega, "is_flashmla_mega_attn_supported", built):
+        return v41_model._select_dsv4_attn_cls(config)
+
+
 def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[Any]]:
     """Every KV cache spec of V4.1-Flash's backbone layers, built by the release's own cache
     layers with the arguments models/deepseek_v41/attention.py's `DeepseekV4Attention.__init__`
@@ -255,7 +274,6 @@ def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list
     the GPU)."""
     v41 = importlib.import_module("vllm.models.deepseek_v41.attention")
     v41_compressor = importlib.import_module("vllm.models.deepseek_v41.compressor")
-    v41_model = importlib.import_module("vllm.models.deepseek_v41.nvidia.model")
     indexer = importlib.import_module("vllm.v1.attention.backends.mla.indexer")
     from vllm.config import AttentionConfig
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -269,7 +287,7 @@ def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list
     config.model_config.hf_config = SimpleNamespace(
         model_type="deepseek_v41", num_attention_heads=V41_HEADS, o_groups=V41_O_GROUPS
     )
-    cls = v41_model._select_dsv4_attn_cls(config)
+    cls = _v41_attention_class(config)
     config.cache_config.block_size = int(cls.backend_cls.get_supported_kernel_block_sizes()[0])
     # The layer's own properties, read off a bare instance (no constructor: it needs a GPU).
     layer = object.__new__(cls)
@@ -353,6 +371,7 @@ def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list
                 specs[k_cache.prefix] = k_cache.get_kv_cache_spec(config)
                 owners.append(k_cache)
     backends = [cls.backend_cls, *dict.fromkeys(o.get_attn_backend() for o in owners)]
+    config.attention_class = cls.__name__
     return specs, config, backends
 
 
@@ -361,11 +380,15 @@ def spec_summary(spec: Any) -> dict[str, Any]:
     kind = "sliding" if hasattr(spec, "sliding_window") and spec.sliding_window else "full"
     if type(spec).__name__ == "CircularBufferSpec":
         kind = "circular"
+    # The bytes a block's stride must be a multiple of (0.33.0's block_stride_alignment; the
+    # planner rounds the block up to their lcm); releases without the field align to 1.
+    stride = spec.get_block_stride_alignment() if hasattr(spec, "get_block_stride_alignment") else 1
     return {
         "kind": kind,
         "block_size": int(spec.block_size),
         "page_bytes": int(spec.page_size_bytes),
         "window": int(spec.sliding_window) if kind == "sliding" else None,
+        "stride_alignment": int(stride),
     }
 
 
@@ -437,6 +460,7 @@ def plan(
         )
     return {
         "id": case["id"],
+        "attention_class": getattr(config, "attention_class", None),
         "groups": summary,
         "blocks_per_request": blocks_per_request,
         "pools": pools,
