@@ -145,6 +145,7 @@ class CapacityReport:
     pools: int = 0
     v41_layouts: int = 0  # of which V4.1-Flash
     v41_pools: int = 0
+    weight_checks: int = 0  # MegaMoE routed experts per rank, counted on the meta device
     mismatches: list[str] = field(default_factory=list)
     # Why the release cannot be checked at all (its code lacks the planner the oracle calls);
     # printed as such, never as agreement.
@@ -216,6 +217,65 @@ def _queries(case: CapacityCase, release: str) -> Iterator[Query]:
         )
 
 
+# (TP, DP) with expert parallelism: the MegaMoE path's routed experts per rank.
+WEIGHT_LAYOUTS = ((4, 1), (8, 1), (1, 4), (2, 2), (1, 8), (2, 4))
+
+
+def weight_cases(release: str) -> Iterator[tuple[str, DeepSeekServingSpec]]:
+    """V4-Flash and V4.1-Flash on the MegaMoE path, per EP layout."""
+    for model, (tp, dp) in itertools.product((MODEL, V41_MODEL), WEIGHT_LAYOUTS):
+        raw = {
+            "model": {"name": model},
+            "image": "vllm/vllm-openai:latest",
+            "vllmVersion": release,
+            "moeBackend": "deep_gemm_mega_moe",
+            "parallelism": {
+                "tensorParallelSize": tp,
+                "dataParallelSize": dp,
+                "expertParallel": True,
+            },
+        }
+        yield f"{model.split('/')[-1]}/tp{tp}dp{dp}/ep/weights", parse_spec(raw)
+
+
+def _weights_query(ident: str, spec: DeepSeekServingSpec) -> dict[str, Any]:
+    """The oracle's input: the release's MegaMoE expert class for one rank of ``spec``."""
+    facts = model_facts(spec.model)
+    geometry = find_geometry(spec.model.name)
+    assert geometry is not None and facts.num_routed_experts and facts.hidden_size
+    ep = spec.parallelism.tensor_parallel_size * spec.parallelism.data_parallel_size
+    return {
+        "id": ident,
+        "kind": "mega_experts",
+        "num_experts": facts.num_routed_experts,
+        "num_local_experts": facts.num_routed_experts // ep,
+        "top_k": geometry.top_k,
+        "hidden_size": facts.hidden_size,
+        "intermediate_size": facts.moe_intermediate_size,
+    }
+
+
+def _weights_mismatches(
+    release: str, ident: str, spec: DeepSeekServingSpec, answer: dict[str, Any]
+) -> list[str]:
+    """Our routed-expert bytes per GPU on the MegaMoE path against the parameters the release's
+    own expert class creates per rank (times the layers): padding and retained copies are made
+    after loading, by DeepGEMM's weight transform, so they are not part of this count."""
+    if "error" in answer:
+        return [f"[weights] oracle error {answer['error']}: {ident}"]
+    geometry = find_geometry(spec.model.name)
+    assert geometry is not None
+    weights = C.weights_per_gpu(spec, model_facts(spec.model), geometry, release, True)
+    assert not isinstance(weights, str), weights
+    theirs = answer["bytes"] * geometry.num_layers
+    if theirs != weights.routed:
+        return [
+            f"[weights] routed experts per GPU: vLLM {answer['class']} {theirs} B "
+            f"({answer['bytes']} B x {geometry.num_layers} layers), ours {weights.routed} B: {ident}"
+        ]
+    return []
+
+
 def _oracle_case(query: Query) -> dict[str, Any]:
     """The oracle's input for one query."""
     spec = query.case.spec
@@ -261,9 +321,12 @@ def check_capacity(release: str, python: Path) -> CapacityReport:
         return report
     cases = list(capacity_cases(release))
     queries = [q for case in cases for q in _queries(case, release)]
+    weights = list(weight_cases(release))
     proc = subprocess.run(
         [str(python), "-m", "conformance.capacity_oracle"],
-        input=json.dumps([_oracle_case(q) for q in queries]),
+        input=json.dumps(
+            [_oracle_case(q) for q in queries] + [_weights_query(i, s) for i, s in weights]
+        ),
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -275,6 +338,10 @@ def check_capacity(release: str, python: Path) -> CapacityReport:
     answers = json.loads(proc.stdout)["answers"]
     report.layouts = len(cases)
     report.v41_layouts = sum(1 for c in cases if c.spec.model.name == V41_MODEL)
+    answers, weight_answers = answers[: len(queries)], answers[len(queries) :]
+    for (ident, spec), answer in zip(weights, weight_answers, strict=True):
+        report.weight_checks += 1
+        report.mismatches.extend(_weights_mismatches(release, ident, spec, answer))
     for query, answer in zip(queries, answers, strict=True):
         where = f"{query.case.id} on {'/'.join(g.product for g in query.gpus)}"
         if "error" in answer:

@@ -413,8 +413,54 @@ def plan_pool(
     return planning.get_kv_cache_configs(config, [specs], [available])[0]
 
 
+def mega_experts_bytes(case: dict[str, Any]) -> dict[str, Any]:
+    """Bytes of the parameters the release's MegaMoE expert class creates for one rank's routed
+    experts, constructed on the meta device (no memory): `DeepGemmMegaMoEExperts` (0.33.0, MXFP4
+    format, no shared expert) or `DeepseekV4MegaMoEExperts` (0.30.0-0.32.0). Its own device and
+    SM100 shape checks run on a faked SM100 GPU."""
+    try:
+        mod = importlib.import_module("vllm.model_executor.layers.fused_moe.deep_gemm_mega_moe")
+        cls = mod.DeepGemmMegaMoEExperts
+    except (ModuleNotFoundError, AttributeError):
+        mod = importlib.import_module("vllm.models.deepseek_v4.nvidia.model")
+        cls = mod.DeepseekV4MegaMoEExperts
+    config = SimpleNamespace(
+        scheduler_config=SimpleNamespace(max_num_batched_tokens=8192),
+        compilation_config=SimpleNamespace(static_forward_context={}),
+    )
+    kwargs: dict[str, Any] = {
+        "num_experts": case["num_experts"],
+        "num_local_experts": case["num_local_experts"],
+        "experts_start_idx": 0,
+        "top_k": case["top_k"],
+        "hidden_size": case["hidden_size"],
+        "intermediate_size": case["intermediate_size"],
+        "prefix": "model.layers.3.ffn.experts",
+    }
+    if "weight_format" in inspect.signature(cls.__init__).parameters:
+        kwargs["weight_format"] = mod.MEGA_MOE_MXFP4
+        kwargs["activation"] = mod.MegaMoEActivation("swiglu", clamp=None)
+    with (
+        fake_platform.device_capability(10, 0),
+        torch.device("meta"),
+        # Meta is not the platform's device: the class asks the accelerator for its index.
+        mock.patch.object(torch.accelerator, "current_device_index", lambda: 0),
+    ):
+        experts = cls(config, **kwargs)
+    params = dict(experts.named_parameters())
+    return {
+        "id": case["id"],
+        "class": cls.__name__,
+        "bytes": sum(p.numel() * p.element_size() for p in params.values()),
+        "parameters": sorted(params),
+    }
+
+
 def answer(case: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's groups, blocks and concurrency for one case."""
+    """vLLM's groups, blocks and concurrency for one case (or, for a `mega_experts` case, the
+    bytes of one rank's MegaMoE expert parameters)."""
+    if case.get("kind") == "mega_experts":
+        return mega_experts_bytes(case)
     if case["architecture"] == V41_ARCH:
         with fake_platform.device_capability(*case.get("gpu_capability", (10, 0))):
             return plan(case, *v41_specs(case))

@@ -695,7 +695,8 @@ def main(argv: Iterable[str] | None = None) -> int:
             f"vLLM {release:8} capacity layouts {capacity.layouts:4}  pools {capacity.pools:5}  "
             f"mismatches {len(capacity.mismatches):4}  ({time.monotonic() - t0:.0f}s; "
             f"of which V4.1-Flash {capacity.v41_layouts} layouts, {capacity.v41_pools} pools; "
-            "KV groups and blocks; PP/DCP, V4.1 speculative decoding and weights not covered)"
+            f"MegaMoE routed-expert weights {capacity.weight_checks} layouts; "
+            "PP/DCP and V4.1 speculative decoding not covered)"
         )
         for line in capacity.mismatches[: options.limit]:
             print("  " + line)
