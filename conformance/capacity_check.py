@@ -1,20 +1,23 @@
-"""(f) of the harness: our capacity model's KV figures against the release's own KV planner.
+"""(f) of the harness: our capacity model's KV figures against the release's own KV planner,
+and the MegaMoE path's routed-expert bytes against the release's own expert class.
 
 Runs in the operator's virtualenv. For each DeepSeekServing of the capacity matrix it computes
-with OUR capacity model (engine/capacity.py, catalog/capacity.py) the KV cache groups, the KV room
-on a GB200 and an H200 for both MoE paths, and from those and the one-request boundary the block
-pool; it asks conformance/capacity_oracle.py (the release's virtualenv, one process) for the
-groups the release's own cache layers and planner form and its blocks and concurrency for the same
-available bytes, and reports every difference.
+with OUR capacity model (engine/capacity.py, catalog/capacity.py, catalog/capacity_v41.py) the KV
+cache groups, the KV room on a GB200 and an H200 for both MoE paths, and from those and the
+one-request boundary the block pool; it asks conformance/capacity_oracle.py (the release's
+virtualenv, one process) for the groups the release's own cache layers and planner form and its
+blocks and concurrency for the same available bytes, and reports every difference. V4.1-Flash's
+groups depend on the GPU (the attention class vLLM picks there), so each V4.1 case is asked once
+per GPU, and the class must match too.
 
 Speculative decoding is MTP (V4-Flash's one MTP module): the draft layer adds a sliding-window
 cache, and the retained lookahead comes from vLLM's own `num_prefill_lookahead_tokens` on a
-SpeculativeConfig stand-in. What is not covered, and why: V4.1-Flash (the oracle builds its
-specs from the release's own cache layers, but our model has no V4.1 groups yet: its KV figures
-stay a per-token estimate), other speculative methods, pipeline and decode context parallelism (vLLM
-projects the groups per stage; V4's sliding-window specs refuse DCP). Weight bytes per GPU are
-computed from checkpoint dimensions, not counted on the meta device: see docs/capacity.md and
-docs/limits.md.
+SpeculativeConfig stand-in. What is not covered, and why: V4.1 speculative decoding (its draft
+and compressor-ring sizes are not modelled: our model keeps the per-token estimate there), other
+speculative methods, pipeline and decode context parallelism (vLLM projects the groups per
+stage; V4's sliding-window specs refuse DCP). Of the weights only the MegaMoE routed experts are
+counted on the meta device; docs/capacity.md says which parts come from checkpoint dimensions
+and why.
 """
 
 from __future__ import annotations

@@ -170,8 +170,10 @@ _V4_FLASH_GROUPS = {
     for suffix in ("", MTP_SUFFIX)
 }
 
-# V4.1-Flash (models/deepseek_v41/attention.py + compressor.py, 0.33.0): 40 layers, a 528 B MXFP8
-# sliding-window record per layer; the compressed KV is shared across layers (only kv-source
+# V4.1-Flash's per-token estimate, kept only where catalog/capacity_v41.py has no layout (V4.1
+# speculative decoding, PP / PCP, GPUs other than SM90 / SM100); it holds more requests than
+# vLLM's own groups. From models/deepseek_v41/attention.py + compressor.py (0.33.0): 40
+# layers, a 528 B MXFP8 sliding-window record per layer; the compressed KV is shared across layers (only kv-source
 # layers own a cache) in 288 B nvfp4_ds_mla records: DeepSeek's own figure is 890 B of global KV
 # per token over all kv sources and their indexers, taken here as one record of 890 B per token.
 # The compressor keeps a CircularBufferSpec of max(8, next power of two of drafts + 2) rows of

@@ -7,8 +7,9 @@ and the profiled activations / CUDA graphs leave of it (``--kv-cache-memory-byte
 with a fixed figure); a request at ``maxModelLen`` needs every full-attention record for all its
 tokens and, per sliding-window record, ``min(W - 1 + in-flight tokens, maxModelLen)`` tokens,
 where in-flight tokens are ``max_concurrent_batches x maxNumBatchedTokens``. Where the release's
-own KV cache groups are known (V4-Flash, proven by conformance/capacity_check.py) this is vLLM's
-block arithmetic on them (``kv_blocks``); elsewhere a per-token estimate. KV is not sharded
+own KV cache groups are known (V4-Flash, and V4.1-Flash by the attention class the release picks
+on the GPU; proven by conformance/capacity_check.py) this is vLLM's block arithmetic on them
+(``kv_blocks``); elsewhere a per-token estimate. KV is not sharded
 over TP (``max_tp_shards=1``): every TP rank holds the whole request, pipeline stages split the
 layers, and each DP rank has its own pool, so DP layouts hold more requests than TP layouts of
 the same GPU count. Pure: no clock, no environment, no Kubernetes.

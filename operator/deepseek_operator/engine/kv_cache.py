@@ -3,9 +3,10 @@
 A request at ``maxModelLen`` needs every full-attention record for all its tokens and, per
 sliding-window record, ``min(W - 1 + in-flight tokens, maxModelLen)`` tokens, where in-flight
 tokens are ``max_concurrent_batches x maxNumBatchedTokens``. Where the release's own KV cache
-groups are known (V4-Flash, proven by conformance/capacity_check.py) this is vLLM's block
-arithmetic on them (``kv_blocks``, vLLM 0.33.0's own code); elsewhere a per-token estimate
-(``per_request_bytes``). Pure: no clock, no environment, no Kubernetes.
+groups are known (V4-Flash; V4.1-Flash per release, GPU and attention class: proven by
+conformance/capacity_check.py) this is vLLM's block arithmetic on them (``kv_blocks``, vLLM
+0.33.0's own code); elsewhere a per-token estimate (``per_request_bytes``). Pure: no clock, no
+environment, no Kubernetes.
 """
 
 from __future__ import annotations
