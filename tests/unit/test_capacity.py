@@ -297,3 +297,27 @@ def test_max_model_len_beyond_the_checkpoint_is_refused_in_one_line() -> None:
         res.message
     )
     assert "\n" not in res.message
+
+
+def test_v41_attention_needs_a_known_release_and_an_sm90_or_sm100_gpu() -> None:
+    from deepseek_operator.catalog import capacity_v41 as V
+
+    assert V.attention("0.29.0", 10, 4, True, "auto") == "vLLM 0.29.0 has no known V4.1 KV layout"
+    assert "compute capability 12" in str(V.attention("0.33.0", 12, 4, True, "auto"))
+    assert "no packed V4.1 record" in str(V.attention("0.33.0", 10, 4, True, "fp8_e4m3"))
+    # An explicit fp8_ds_mla keeps mega attention but its 528 B compressed record.
+    att = V.attention("0.33.0", 10, 4, True, "fp8_ds_mla")
+    assert not isinstance(att, str)
+    assert (att.name, att.compressed_bytes, att.stride_alignment) == (
+        "DeepseekV4MegaAttnAttention",
+        528,
+        528,
+    )
+
+
+def test_gpu_types_carry_the_nodes_compute_capability() -> None:
+    from deepseek_operator.nodes.facts import node_facts
+    from tests.unit.factories import node
+
+    (gpu,) = C.gpu_types([node_facts(node("n1", "NVIDIA-H200"))])
+    assert gpu.cc == (9, 0) and gpu.cc_major == 9
