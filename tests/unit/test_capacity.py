@@ -321,3 +321,35 @@ def test_gpu_types_carry_the_nodes_compute_capability() -> None:
 
     (gpu,) = C.gpu_types([node_facts(node("n1", "NVIDIA-H200"))])
     assert gpu.cc == (9, 0) and gpu.cc_major == 9
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    # vLLM's planner with --attention-backend FLASHMLA_SPARSE_DSV41 on SM100 at TP4 (the oracle).
+    [("0.33.0", (212_256, 10_261, 303_522)), ("0.32.0", (211_968, 10_261, 303_935))],
+)
+def test_an_explicit_attention_backend_in_extra_args_picks_its_class(
+    release: str, expected: tuple[int, int, int]
+) -> None:
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
+    assert geometry is not None
+    s = spec(engine={"extraArgs": ["--attention-backend", "FLASHMLA_SPARSE_DSV41"]})
+    layout = K.kv_layout(geometry, s, release, 10)
+    assert not isinstance(layout, str), layout
+    assert layout[0] == "DeepseekV4FlashMLAAttention, fp8_ds_mla"
+    assert K.kv_blocks(layout[1], 60 * GIB, 1_048_576, 2 * 8192, 1, 1) == expected
+
+
+def test_attention_backends_the_model_cannot_follow_say_why() -> None:
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
+    assert geometry is not None
+    refused = spec(engine={"extraArgs": ["--attention-backend=FLASHINFER_MLA_SPARSE"]})
+    assert "not a V4.1 attention backend" in str(K.kv_layout(geometry, refused, "0.33.0", 10))
+    config = spec(engine={"extraArgs": ["--attention-config", '{"backend": "FLASHMLA_SPARSE"}']})
+    assert "--attention-config in extraArgs is not modelled" in str(
+        K.kv_layout(geometry, config, "0.33.0", 10)
+    )

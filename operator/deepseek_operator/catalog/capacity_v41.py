@@ -55,35 +55,73 @@ class V41Attention:
     indexer_alignment: int
 
 
+_FLASHINFER = ("FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV41")
+_FLASHMLA = ("FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV41")
+_MEGA = "FLASHMLA_MEGA_ATTN_DSV41"
+_NOT_V41 = ("FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120")
+
+
+def _mega_serves(tensor_parallel: int) -> bool:
+    """``is_available_for``'s topology test: heads and o_groups divide by TP and leave 8 heads
+    per ``wo_a`` group."""
+    local_heads, local_groups = HEADS // tensor_parallel, O_GROUPS // tensor_parallel
+    return (
+        HEADS % tensor_parallel == 0
+        and O_GROUPS % tensor_parallel == 0
+        and local_groups > 0
+        and local_heads == local_groups * WV_GROUP_SIZE
+    )
+
+
+def _class(
+    release: str, sm100: bool, tensor_parallel: int, packed: bool, backend: str | None
+) -> str:
+    """``mega``, ``flashmla`` or ``flashinfer`` as ``_select_dsv4_attn_cls`` picks (SM90 / SM100),
+    or why none. Without a backend a bf16 cache is taken as FlashInfer's (the packed classes
+    refuse bf16, so such a spec needs ``--attention-backend FLASHINFER_MLA_SPARSE_DSV41``)."""
+    mega_release = release in MEGA_ATTENTION_RELEASES
+    if backend in _NOT_V41:
+        return f"--attention-backend {backend} is not a V4.1 attention backend (vLLM refuses it)"
+    if backend in _FLASHINFER or (backend is None and not packed):
+        return "flashinfer"
+    if backend == _MEGA:
+        if not mega_release or not sm100 or not _mega_serves(tensor_parallel):
+            return f"mega attention cannot serve vLLM {release} at TP {tensor_parallel} here"
+        return "mega"
+    if backend in _FLASHMLA:
+        return "flashmla"
+    # Any other backend falls through to the default: mega attention on SM100 where its kernel
+    # serves the topology, else FlashMLA.
+    return "mega" if mega_release and sm100 and _mega_serves(tensor_parallel) else "flashmla"
+
+
 def attention(
-    release: str, cc_major: int, tensor_parallel: int, packed: bool, kv_cache_dtype: str
+    release: str,
+    cc_major: int,
+    tensor_parallel: int,
+    packed: bool,
+    kv_cache_dtype: str,
+    backend: str | None = None,
 ) -> V41Attention | str:
-    """The V4.1 attention a release runs without ``--attention-backend`` (packed KV), or the
-    FlashInfer plain-row class bf16 KV needs (vLLM's packed classes refuse bf16, so a bf16 cache
-    means ``--attention-backend FLASHINFER_MLA_SPARSE_DSV41``); a string says why not known."""
+    """The V4.1 attention a release runs for ``--attention-backend`` ``backend`` (None: its
+    default choice), with the records it stores; a string says why it is not known."""
     if release not in KNOWN_RELEASES:
         return f"vLLM {release} has no known V4.1 KV layout"
     if cc_major not in (9, 10):
         return f"no V4.1 KV layout known for compute capability {cc_major}.x"
     mxfp8 = cc_major == 10  # _use_v41_mxfp8_kv_record: the V4.1 records only on SM100
-    if not packed:
+    kind = _class(release, mxfp8, tensor_parallel, packed, backend)
+    dtype = kv_cache_dtype.lower()
+    if kind == "flashinfer":
+        if dtype not in ("auto", "bfloat16", "bf16"):
+            return f"FlashInfer's {kv_cache_dtype!r} rows are not modelled (bf16 rows are)"
         # FlashInfer's plain rows: 512 bf16 values per token, natural pages, 128-token blocks.
         return V41Attention(
             "DeepseekV4FlashInferMLAAttention", "bfloat16", 1024, 1024, 512, 128, 1, 512
         )
-    # _select_dsv4_attn_cls: mega attention is the SM100 default where its kernel serves the
-    # topology (is_available_for: heads and o_groups divide by TP, 8 heads per wo_a group);
-    # else FlashMLA.
-    local_heads, local_groups = HEADS // tensor_parallel, O_GROUPS // tensor_parallel
-    mega = (
-        release in MEGA_ATTENTION_RELEASES
-        and mxfp8
-        and HEADS % tensor_parallel == 0
-        and O_GROUPS % tensor_parallel == 0
-        and local_groups > 0
-        and local_heads == local_groups * WV_GROUP_SIZE
-    )
-    dtype = kv_cache_dtype.lower()
+    if kind not in ("mega", "flashmla"):
+        return kind
+    mega = kind == "mega"
     if dtype in ("auto", "fp8"):
         # An unspecific dtype resolves to the record the class prefers (packed_kv_cache_dtype).
         dtype = "nvfp4_ds_mla" if mega else "fp8_ds_mla"

@@ -70,6 +70,22 @@ def kv_groups(
     return None if isinstance(layout, str) else layout[1]
 
 
+def attention_backend(extra_args: Sequence[str]) -> str | None:
+    """The ``--attention-backend`` value in ``extraArgs`` (the last one wins, as in argparse),
+    upper-cased as vLLM's enum names are; ``--attention-config`` (whose JSON may also name a
+    backend) is returned as such, so the caller can say it is not modelled."""
+    found: str | None = None
+    for i, arg in enumerate(extra_args):
+        name, has_value, value = arg.partition("=")
+        if name.startswith("--attention-config"):
+            return "--attention-config"
+        if name == "--attention-backend":
+            if not has_value:
+                value = extra_args[i + 1] if i + 1 < len(extra_args) else ""
+            found = value.strip().upper() or None
+    return found
+
+
 def kv_layout(
     geometry: CapacityGeometry,
     spec: DeepSeekServingSpec,
@@ -89,12 +105,16 @@ def kv_layout(
         p = spec.parallelism
         if p.prefill_context_parallel_size > 1 or p.pipeline_parallel_size > 1:
             return "V4.1 with pipeline or prefill context parallelism is not modelled"
+        backend = attention_backend(spec.engine.extra_args)
+        if backend is not None and backend.startswith("--"):
+            return f"{backend} in extraArgs is not modelled (only --attention-backend is)"
         att = capacity_v41.attention(
             release,
             cc_major,
             p.tensor_parallel_size,
             family == "packed",
             spec.engine.kv_cache_dtype or "auto",
+            backend,
         )
         if isinstance(att, str):
             return att
