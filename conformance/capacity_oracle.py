@@ -8,8 +8,12 @@ stdin, writes a JSON object with one answer per case (same order) on stdout:
 A case: `{"id", "architecture", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
 "tensor_parallel_size", "data_parallel_size", "available": [bytes, ...]}`; a V4.1 case
 (`DeepseekV41ForCausalLM`) may add `gpu_capability` ([major, minor], default [10, 0]) and
-`attention_backend` (an `AttentionBackendEnum` name; default: the release's own choice on CPU,
-where mega attention's kernel is absent).
+`attention_backend` (an `AttentionBackendEnum` name; default: the release's own choice, with
+mega attention's kernel check answered as on a GPU build, so SM100 gets mega attention where its
+topology test passes); the answer names the attention class. A `{"id", "kind": "mega_experts",
+"num_experts", "num_local_experts", "top_k", "hidden_size", "intermediate_size"}` case is answered
+with the bytes of the parameters the release's MegaMoE expert class creates for one rank, built
+on the meta device.
 
 How the specs are built on CPU: the release's own cache layers (`DeepseekV4SWACache`,
 `CompressorStateCache`, `DeepseekV4IndexerCache`) are constructed per layer of V4-Flash's
