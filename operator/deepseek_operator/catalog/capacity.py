@@ -171,7 +171,7 @@ _V4_FLASH_GROUPS = {
 }
 
 # V4.1-Flash's per-token estimate, kept only where catalog/capacity_v41.py has no layout (V4.1
-# speculative decoding, PP / PCP, GPUs other than SM90 / SM100); it holds more requests than
+# speculative decoding, PP / PCP / DCP, GPUs other than SM90 / SM100); it holds more requests than
 # vLLM's own groups. From models/deepseek_v41/attention.py + compressor.py (0.33.0): 40
 # layers, a 528 B MXFP8 sliding-window record per layer; the compressed KV is shared across layers (only kv-source
 # layers own a cache) in 288 B nvfp4_ds_mla records: DeepSeek's own figure is 890 B of global KV
