@@ -8,8 +8,12 @@ stdin, writes a JSON object with one answer per case (same order) on stdout:
 A case: `{"id", "architecture", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
 "tensor_parallel_size", "data_parallel_size", "available": [bytes, ...]}`; a V4.1 case
 (`DeepseekV41ForCausalLM`) may add `gpu_capability` ([major, minor], default [10, 0]) and
-`attention_backend` (an `AttentionBackendEnum` name; default: the release's own choice on CPU,
-where mega attention's kernel is absent).
+`attention_backend` (an `AttentionBackendEnum` name; default: the release's own choice, with
+mega attention's kernel check answered as on a GPU build, so SM100 gets mega attention where its
+topology test passes); the answer names the attention class. A `{"id", "kind": "mega_experts",
+"num_experts", "num_local_experts", "top_k", "hidden_size", "intermediate_size"}` case is answered
+with the bytes of the parameters the release's MegaMoE expert class creates for one rank, built
+on the meta device.
 
 How the specs are built on CPU: the release's own cache layers (`DeepseekV4SWACache`,
 `CompressorStateCache`, `DeepseekV4IndexerCache`) are constructed per layer of V4-Flash's
@@ -246,6 +250,25 @@ def v4_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[
     return specs, config, backends
 
 
+def _v41_attention_class(config: StandInConfig) -> Any:
+    """The class the release's own `_select_dsv4_attn_cls` picks, as on a GPU whose vLLM build
+    has mega attention's kernels: on CPU `is_flashmla_mega_attn_supported` finds no
+    `_flashmla_C` ops, so it is answered as a GPU build would (its own SM100 check kept)."""
+    from vllm.platforms import current_platform
+
+    v41_model = importlib.import_module("vllm.models.deepseek_v41.nvidia.model")
+    try:  # 0.31.0 on; 0.30.0 has no mega attention
+        mega = importlib.import_module("vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn")
+    except ModuleNotFoundError:
+        return v41_model._select_dsv4_attn_cls(config)
+
+    def built() -> tuple[bool, str | None]:
+        return current_platform.is_device_capability_family(100), None
+
+    with mock.patch.object(mega, "is_flashmla_mega_attn_supported", built):
+        return v41_model._select_dsv4_attn_cls(config)
+
+
 def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[Any]]:
     """Every KV cache spec of V4.1-Flash's backbone layers, built by the release's own cache
     layers with the arguments models/deepseek_v41/attention.py's `DeepseekV4Attention.__init__`
@@ -255,7 +278,6 @@ def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list
     the GPU)."""
     v41 = importlib.import_module("vllm.models.deepseek_v41.attention")
     v41_compressor = importlib.import_module("vllm.models.deepseek_v41.compressor")
-    v41_model = importlib.import_module("vllm.models.deepseek_v41.nvidia.model")
     indexer = importlib.import_module("vllm.v1.attention.backends.mla.indexer")
     from vllm.config import AttentionConfig
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -269,7 +291,7 @@ def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list
     config.model_config.hf_config = SimpleNamespace(
         model_type="deepseek_v41", num_attention_heads=V41_HEADS, o_groups=V41_O_GROUPS
     )
-    cls = v41_model._select_dsv4_attn_cls(config)
+    cls = _v41_attention_class(config)
     config.cache_config.block_size = int(cls.backend_cls.get_supported_kernel_block_sizes()[0])
     # The layer's own properties, read off a bare instance (no constructor: it needs a GPU).
     layer = object.__new__(cls)
@@ -353,6 +375,7 @@ def v41_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list
                 specs[k_cache.prefix] = k_cache.get_kv_cache_spec(config)
                 owners.append(k_cache)
     backends = [cls.backend_cls, *dict.fromkeys(o.get_attn_backend() for o in owners)]
+    config.attention_class = cls.__name__
     return specs, config, backends
 
 
@@ -361,11 +384,15 @@ def spec_summary(spec: Any) -> dict[str, Any]:
     kind = "sliding" if hasattr(spec, "sliding_window") and spec.sliding_window else "full"
     if type(spec).__name__ == "CircularBufferSpec":
         kind = "circular"
+    # The bytes a block's stride must be a multiple of (0.33.0's block_stride_alignment; the
+    # planner rounds the block up to their lcm); releases without the field align to 1.
+    stride = spec.get_block_stride_alignment() if hasattr(spec, "get_block_stride_alignment") else 1
     return {
         "kind": kind,
         "block_size": int(spec.block_size),
         "page_bytes": int(spec.page_size_bytes),
         "window": int(spec.sliding_window) if kind == "sliding" else None,
+        "stride_alignment": int(stride),
     }
 
 
@@ -390,8 +417,54 @@ def plan_pool(
     return planning.get_kv_cache_configs(config, [specs], [available])[0]
 
 
+def mega_experts_bytes(case: dict[str, Any]) -> dict[str, Any]:
+    """Bytes of the parameters the release's MegaMoE expert class creates for one rank's routed
+    experts, constructed on the meta device (no memory): `DeepGemmMegaMoEExperts` (0.33.0, MXFP4
+    format, no shared expert) or `DeepseekV4MegaMoEExperts` (0.30.0-0.32.0). Its own device and
+    SM100 shape checks run on a faked SM100 GPU."""
+    try:
+        mod = importlib.import_module("vllm.model_executor.layers.fused_moe.deep_gemm_mega_moe")
+        cls = mod.DeepGemmMegaMoEExperts
+    except (ModuleNotFoundError, AttributeError):
+        mod = importlib.import_module("vllm.models.deepseek_v4.nvidia.model")
+        cls = mod.DeepseekV4MegaMoEExperts
+    config = SimpleNamespace(
+        scheduler_config=SimpleNamespace(max_num_batched_tokens=8192),
+        compilation_config=SimpleNamespace(static_forward_context={}),
+    )
+    kwargs: dict[str, Any] = {
+        "num_experts": case["num_experts"],
+        "num_local_experts": case["num_local_experts"],
+        "experts_start_idx": 0,
+        "top_k": case["top_k"],
+        "hidden_size": case["hidden_size"],
+        "intermediate_size": case["intermediate_size"],
+        "prefix": "model.layers.3.ffn.experts",
+    }
+    if "weight_format" in inspect.signature(cls.__init__).parameters:
+        kwargs["weight_format"] = mod.MEGA_MOE_MXFP4
+        kwargs["activation"] = mod.MegaMoEActivation("swiglu", clamp=None)
+    with (
+        fake_platform.device_capability(10, 0),
+        torch.device("meta"),
+        # Meta is not the platform's device: the class asks the accelerator for its index.
+        mock.patch.object(torch.accelerator, "current_device_index", lambda: 0),
+    ):
+        experts = cls(config, **kwargs)
+    params = dict(experts.named_parameters())
+    return {
+        "id": case["id"],
+        "class": cls.__name__,
+        "bytes": sum(p.numel() * p.element_size() for p in params.values()),
+        "parameters": sorted(params),
+    }
+
+
 def answer(case: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's groups, blocks and concurrency for one case."""
+    """vLLM's groups, blocks and concurrency for one case (or, for a `mega_experts` case, the
+    bytes of one rank's MegaMoE expert parameters)."""
+    if case.get("kind") == "mega_experts":
+        return mega_experts_bytes(case)
     if case["architecture"] == V41_ARCH:
         with fake_platform.device_capability(*case.get("gpu_capability", (10, 0))):
             return plan(case, *v41_specs(case))
@@ -437,6 +510,7 @@ def plan(
         )
     return {
         "id": case["id"],
+        "attention_class": getattr(config, "attention_class", None),
         "groups": summary,
         "blocks_per_request": blocks_per_request,
         "pools": pools,

@@ -1,8 +1,10 @@
 """Conformance with the newest supported vLLM release, run by `make test` (all releases:
 `make conformance`): the harness renders ~1,200 DeepSeekServings with our renderer and asks the
 release's own parser and guards (conformance/oracle.py, in the release's cached virtualenv) about
-each on five GPU generations, and 288 capacity layouts to the release's own KV planner
-(conformance/capacity_check.py); any disagreement fails with the spec that shows it.
+each on five GPU generations, and 592 capacity layouts (288 V4-Flash, 304 V4.1-Flash, asked per
+GPU) to the release's own KV planner and the MegaMoE routed experts to its own expert class on
+the meta device (conformance/capacity_check.py); any disagreement fails with the spec that shows
+it.
 
 Without the release's virtualenv (hack/install-vllm.sh --newest, which `make test` runs) the test
 skips with that command, except under CI or DSO_REQUIRE_CLUSTER=1 (`make test`) where it fails.
@@ -36,7 +38,7 @@ def test_newest_release_conforms() -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=1200,
+        timeout=2400,  # the V4.1 capacity matrix doubles (f), under load up to ~7 min
         check=False,
     )
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
@@ -46,9 +48,12 @@ def test_newest_release_conforms() -> None:
     checks = int(table.split("guard/SP checks")[1].split()[0])
     launches = int(table.split("launch")[1].split()[0])  # multi-node leader and worker argv
     assert specs >= 1000 and checks >= 5 * 1000 and launches >= 1000, table
-    # (f): the capacity matrix (V4-Flash KV groups, blocks and concurrency) against vLLM's planner.
+    # (f): the capacity matrix (V4 / V4.1 KV groups, blocks and concurrency) against vLLM's planner.
     row = next(line for line in out.stdout.splitlines() if " capacity layouts " in line)
     assert "mismatches    0" in row, out.stdout[-6000:]
     layouts = int(row.split("capacity layouts")[1].split()[0])
     pools = int(row.split("pools")[1].split()[0])
     assert layouts >= 200 and pools >= 4 * layouts, row
+    v41 = int(row.split("of which V4.1-Flash")[1].split()[0])
+    weights = int(row.split("MegaMoE routed-expert weights")[1].split()[0])
+    assert v41 >= 200 and weights >= 12, row

@@ -125,12 +125,81 @@ def test_the_pool_keeps_a_null_block_so_one_request_needs_one_block_more() -> No
     assert K.pool_concurrency(10_779, 10_778) == 10_779 / 10_778
 
 
-def test_v4_capacity_uses_the_block_pool_and_v41_the_per_token_estimate() -> None:
+def test_v4_capacity_uses_the_block_pool() -> None:
     v4 = _cap("0.33.0", False, H200, model={"name": V4_FLASH})
     assert v4.num_blocks is not None and v4.blocks_per_request is not None
     assert v4.requests_per_rank == v4.num_blocks / v4.blocks_per_request
-    v41 = _cap("0.33.0", False, H200)
-    assert v41.num_blocks is None and v41.requests_per_rank == v41.kv_bytes / v41.per_request_bytes
+
+
+# vLLM's own planner on V4.1-Flash's cache layers (conformance/capacity_oracle.py, each release's
+# _select_dsv4_attn_cls on a faked GPU): 60 GiB of KV room at 1M context / 8K batched tokens.
+@pytest.mark.parametrize(
+    ("release", "cc", "tp", "dtype", "attention", "expected"),
+    [
+        # Mega attention (SM100 default): 288 B NVFP4 compressed records; 0.33.0 rounds the block
+        # up to lcm(528, 288) = 3168 B, 0.31.0-0.32.0 do not.
+        ("0.33.0", 10, 4, None, "DeepseekV4MegaAttnAttention", (136_224, 10_778, 472_930)),
+        ("0.32.0", 10, 4, None, "DeepseekV4MegaAttnAttention", (135_168, 10_778, 476_625)),
+        # TP16 leaves 4 heads per wo_a group: mega declines, FlashMLA's 528 B MXFP8 records.
+        ("0.33.0", 10, 16, None, "DeepseekV4FlashMLAAttention", (212_256, 10_261, 303_522)),
+        # 0.30.0 has no mega attention.
+        ("0.30.0", 10, 4, "fp8", "DeepseekV4FlashMLAAttention", (211_968, 10_261, 303_935)),
+        # SM90: V4's 584 B records, 576 B pages, 64-token compressed blocks: 7 SWA groups.
+        ("0.33.0", 9, 4, None, "DeepseekV4FlashMLAAttention", (116_928, 20_004, 550_975)),
+        # bf16: FlashInfer's plain rows.
+        (
+            "0.33.0",
+            10,
+            4,
+            "bfloat16",
+            "DeepseekV4FlashInferMLAAttention",
+            (370_688, 10_261, 173_797),
+        ),
+    ],
+)
+def test_v41_block_pool_equals_vllms_planner(
+    release: str,
+    cc: int,
+    tp: int,
+    dtype: str | None,
+    attention: str,
+    expected: tuple[int, int, int],
+) -> None:
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
+    assert geometry is not None
+    engine = {"kvCacheDtype": dtype} if dtype else {}
+    s = spec(parallelism={"tensorParallelSize": tp}, engine=engine)
+    layout = K.kv_layout(geometry, s, release, cc)
+    assert not isinstance(layout, str), layout
+    assert layout[0].split(",")[0] == attention
+    assert K.kv_blocks(layout[1], 60 * GIB, 1_048_576, 2 * 8192, 1, 1) == expected
+
+
+def test_v41_capacity_uses_the_block_pool_on_the_gpus_compute_capability() -> None:
+    gb200, h200 = _cap("0.33.0", False, GB200), _cap("0.33.0", False, H200)
+    assert gb200.num_blocks is not None and gb200.blocks_per_request is not None
+    assert gb200.kv_layout == "DeepseekV4MegaAttnAttention, nvfp4_ds_mla"
+    assert h200.kv_layout == "DeepseekV4FlashMLAAttention, fp8_ds_mla"
+    # V4's records on SM90 take twice the blocks per request (64-token compressed blocks).
+    assert (
+        h200.blocks_per_request is not None and h200.blocks_per_request > gb200.blocks_per_request
+    )
+
+
+def test_v41_layouts_not_modelled_fall_back_to_the_estimate_and_say_why() -> None:
+    nvfp4_on_h200 = _cap("0.33.0", False, H200, engine={"kvCacheDtype": "nvfp4_ds_mla"})
+    assert nvfp4_on_h200.num_blocks is None
+    assert "nvfp4_ds_mla needs mega attention" in nvfp4_on_h200.kv_layout
+    mtp = _cap(
+        "0.33.0",
+        False,
+        GB200,
+        engine={"speculativeConfig": {"method": "mtp", "num_speculative_tokens": 1}},
+    )
+    assert mtp.num_blocks is None and "speculative decoding" in mtp.kv_layout
+    assert mtp.requests_per_rank == mtp.kv_bytes / mtp.per_request_bytes
 
 
 def test_fixed_kv_budget_replaces_the_utilisation_figure() -> None:
@@ -228,3 +297,59 @@ def test_max_model_len_beyond_the_checkpoint_is_refused_in_one_line() -> None:
         res.message
     )
     assert "\n" not in res.message
+
+
+def test_v41_attention_needs_a_known_release_and_an_sm90_or_sm100_gpu() -> None:
+    from deepseek_operator.catalog import capacity_v41 as V
+
+    assert V.attention("0.29.0", 10, 4, True, "auto") == "vLLM 0.29.0 has no known V4.1 KV layout"
+    assert "compute capability 12" in str(V.attention("0.33.0", 12, 4, True, "auto"))
+    assert "no packed V4.1 record" in str(V.attention("0.33.0", 10, 4, True, "fp8_e4m3"))
+    # An explicit fp8_ds_mla keeps mega attention but its 528 B compressed record.
+    att = V.attention("0.33.0", 10, 4, True, "fp8_ds_mla")
+    assert not isinstance(att, str)
+    assert (att.name, att.compressed_bytes, att.stride_alignment) == (
+        "DeepseekV4MegaAttnAttention",
+        528,
+        528,
+    )
+
+
+def test_gpu_types_carry_the_nodes_compute_capability() -> None:
+    from deepseek_operator.nodes.facts import node_facts
+    from tests.unit.factories import node
+
+    (gpu,) = C.gpu_types([node_facts(node("n1", "NVIDIA-H200"))])
+    assert gpu.cc == (9, 0) and gpu.cc_major == 9
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    # vLLM's planner with --attention-backend FLASHMLA_SPARSE_DSV41 on SM100 at TP4 (the oracle).
+    [("0.33.0", (212_256, 10_261, 303_522)), ("0.32.0", (211_968, 10_261, 303_935))],
+)
+def test_an_explicit_attention_backend_in_extra_args_picks_its_class(
+    release: str, expected: tuple[int, int, int]
+) -> None:
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
+    assert geometry is not None
+    s = spec(engine={"extraArgs": ["--attention-backend", "FLASHMLA_SPARSE_DSV41"]})
+    layout = K.kv_layout(geometry, s, release, 10)
+    assert not isinstance(layout, str), layout
+    assert layout[0] == "DeepseekV4FlashMLAAttention, fp8_ds_mla"
+    assert K.kv_blocks(layout[1], 60 * GIB, 1_048_576, 2 * 8192, 1, 1) == expected
+
+
+def test_attention_backends_the_model_cannot_follow_say_why() -> None:
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
+    assert geometry is not None
+    refused = spec(engine={"extraArgs": ["--attention-backend=FLASHINFER_MLA_SPARSE"]})
+    assert "not a V4.1 attention backend" in str(K.kv_layout(geometry, refused, "0.33.0", 10))
+    config = spec(engine={"extraArgs": ["--attention-config", '{"backend": "FLASHMLA_SPARSE"}']})
+    assert "--attention-config in extraArgs is not modelled" in str(
+        K.kv_layout(geometry, config, "0.33.0", 10)
+    )

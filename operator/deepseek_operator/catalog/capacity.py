@@ -44,13 +44,16 @@ class KvLayerSpec:
     ``kind`` is vLLM's spec family: ``full`` (a block per ``block_size`` tokens of the whole
     context), ``sliding`` (``cdiv(min(window - 1 + in-flight tokens, maxModelLen), block_size)
     + 1`` blocks per request) or ``circular`` (one block per request). ``page_bytes`` is the
-    spec's ``page_size_bytes``, alignment padding included.
+    spec's ``page_size_bytes``, alignment padding included; ``stride_alignment`` its
+    ``get_block_stride_alignment()`` (vLLM 0.33.0: the block stride is rounded up to the lcm of
+    every layer's).
     """
 
     kind: str
     block_size: int
     page_bytes: int
     window: int | None = None
+    stride_alignment: int = 1
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class CapacityGeometry:
     # builds them with vLLM's cache layers and planner and checks them equal): when known, the
     # capacity is vLLM's block arithmetic on them instead of the per-token estimate.
     kv_groups: dict[str, tuple[KvGroup, ...]] | None = None
+    # "v41-flash": the groups depend on the release, the GPU and TP through the attention class
+    # vLLM picks (catalog/capacity_v41.py, proven the same way), not on kv_groups.
+    kv_layout: str | None = None
 
 
 # V4-Flash (models/deepseek_v4/attention.py + compressor.py, 0.33.0): 43 layers with compress
@@ -164,8 +170,10 @@ _V4_FLASH_GROUPS = {
     for suffix in ("", MTP_SUFFIX)
 }
 
-# V4.1-Flash (models/deepseek_v41/attention.py + compressor.py, 0.33.0): 40 layers, a 528 B MXFP8
-# sliding-window record per layer; the compressed KV is shared across layers (only kv-source
+# V4.1-Flash's per-token estimate, kept only where catalog/capacity_v41.py has no layout (V4.1
+# speculative decoding, PP / PCP / DCP, GPUs other than SM90 / SM100); it holds more requests than
+# vLLM's own groups. From models/deepseek_v41/attention.py + compressor.py (0.33.0): 40
+# layers, a 528 B MXFP8 sliding-window record per layer; the compressed KV is shared across layers (only kv-source
 # layers own a cache) in 288 B nvfp4_ds_mla records: DeepSeek's own figure is 890 B of global KV
 # per token over all kv sources and their indexers, taken here as one record of 890 B per token.
 # The compressor keeps a CircularBufferSpec of max(8, next power of two of drafts + 2) rows of
@@ -208,6 +216,7 @@ GEOMETRY: dict[str, CapacityGeometry] = {
         draft_layers=1,
         kv_records={"packed": _V41_FLASH_PACKED, "bf16": _V41_FLASH_BF16},
         source="HF config (40 layers, top-6, 1 shared expert); stored sizes of the checkpoint",
+        kv_layout="v41-flash",
     ),
 }
 GEOMETRY["deepseek-ai/DeepSeek-V4-Flash-Base"] = GEOMETRY["deepseek-ai/DeepSeek-V4-Flash"]

@@ -7,8 +7,9 @@ and the profiled activations / CUDA graphs leave of it (``--kv-cache-memory-byte
 with a fixed figure); a request at ``maxModelLen`` needs every full-attention record for all its
 tokens and, per sliding-window record, ``min(W - 1 + in-flight tokens, maxModelLen)`` tokens,
 where in-flight tokens are ``max_concurrent_batches x maxNumBatchedTokens``. Where the release's
-own KV cache groups are known (V4-Flash, proven by conformance/capacity_check.py) this is vLLM's
-block arithmetic on them (``kv_blocks``); elsewhere a per-token estimate. KV is not sharded
+own KV cache groups are known (V4-Flash, and V4.1-Flash by the attention class the release picks
+on the GPU; proven by conformance/capacity_check.py) this is vLLM's block arithmetic on them
+(``kv_blocks``); elsewhere a per-token estimate. KV is not sharded
 over TP (``max_tp_shards=1``): every TP rank holds the whole request, pipeline stages split the
 layers, and each DP rank has its own pool, so DP layouts hold more requests than TP layouts of
 the same GPU count. Pure: no clock, no environment, no Kubernetes.
@@ -36,9 +37,10 @@ from deepseek_operator.catalog.capacity import (
     default_max_num_batched_tokens,
     find_geometry,
 )
+from deepseek_operator.catalog.gpus import find_product
 from deepseek_operator.engine.kv_cache import (
     kv_blocks,
-    kv_groups,
+    kv_layout,
     kv_records,
     max_concurrent_batches,
     per_request_bytes,
@@ -60,6 +62,16 @@ class GpuType:
     product: str
     memory_bytes: int
     source: str  # the label it was read from, or the catalog
+    # Compute capability (the node's, else the product's); V4.1's KV layout depends on it.
+    cc: tuple[int, int] | None = None
+
+    @property
+    def cc_major(self) -> int | None:
+        """The compute capability's major: the node's, else the catalog's for the product."""
+        if self.cc is not None:
+            return self.cc[0]
+        product = find_product(self.product)
+        return product.cc[0] if product is not None else None
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,8 @@ class Capacity:
     # vLLM's block pool where the release's KV groups are known (else None: per-token estimate).
     num_blocks: int | None = None
     blocks_per_request: int | None = None
+    # Whose groups the blocks are (V4.1: the attention class and record), or why an estimate.
+    kv_layout: str = ""
 
     @property
     def requests_per_rank(self) -> float:
@@ -209,7 +223,11 @@ def capacity(
     records = kv_records(geometry, spec.engine.kv_cache_dtype)
     if isinstance(records, str):
         return Unknown(records)
-    groups = kv_groups(geometry, spec)
+    layout = kv_layout(geometry, spec, release, gpu.cc_major)
+    if isinstance(layout, str):
+        groups, layout_note = None, f"per-token estimate ({layout})"
+    else:
+        layout_note, groups = layout
     engine, p = spec.engine, spec.parallelism
     max_model_len = engine.max_model_len or geometry.max_model_len
     batched = engine.max_num_batched_tokens or default_max_num_batched_tokens(
@@ -265,6 +283,7 @@ def capacity(
         max_model_len=max_model_len,
         num_blocks=num_blocks,
         blocks_per_request=blocks_per_request,
+        kv_layout=layout_note,
     )
 
 
@@ -280,5 +299,5 @@ def gpu_types(nodes: Sequence[NodeFacts]) -> tuple[GpuType, ...]:
             mib, source = known, "catalog product memory"
         else:
             continue
-        seen.setdefault((product, mib), GpuType(product, mib * MIB, source))
+        seen.setdefault((product, mib), GpuType(product, mib * MIB, source, node.cc))
     return tuple(seen[k] for k in sorted(seen))

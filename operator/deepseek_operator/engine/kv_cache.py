@@ -3,9 +3,10 @@
 A request at ``maxModelLen`` needs every full-attention record for all its tokens and, per
 sliding-window record, ``min(W - 1 + in-flight tokens, maxModelLen)`` tokens, where in-flight
 tokens are ``max_concurrent_batches x maxNumBatchedTokens``. Where the release's own KV cache
-groups are known (V4-Flash, proven by conformance/capacity_check.py) this is vLLM's block
-arithmetic on them (``kv_blocks``, vLLM 0.33.0's own code); elsewhere a per-token estimate
-(``per_request_bytes``). Pure: no clock, no environment, no Kubernetes.
+groups are known (V4-Flash; V4.1-Flash per release, GPU and attention class: proven by
+conformance/capacity_check.py) this is vLLM's block arithmetic on them (``kv_blocks``, vLLM
+0.33.0's own code); elsewhere a per-token estimate (``per_request_bytes``). Pure: no clock, no
+environment, no Kubernetes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from collections.abc import Sequence
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.catalog import capacity_v41
 from deepseek_operator.catalog.capacity import (
     BF16_KV_DTYPES,
     MTP_SUFFIX,
@@ -55,18 +57,83 @@ def kv_records(
     return geometry.kv_records[family]
 
 
-def kv_groups(geometry: CapacityGeometry, spec: DeepSeekServingSpec) -> tuple[KvGroup, ...] | None:
-    """The release's KV cache groups for ``spec``'s kvCacheDtype and speculative method, or None
-    where they are not known (the per-token estimate applies)."""
+def kv_groups(
+    geometry: CapacityGeometry,
+    spec: DeepSeekServingSpec,
+    release: str = "",
+    cc_major: int | None = None,
+) -> tuple[KvGroup, ...] | None:
+    """The release's KV cache groups for ``spec``'s kvCacheDtype and speculative method on a GPU
+    of compute capability ``cc_major``, or None where they are not known (the per-token estimate
+    applies)."""
+    layout = kv_layout(geometry, spec, release, cc_major)
+    return None if isinstance(layout, str) else layout[1]
+
+
+def attention_backend(extra_args: Sequence[str]) -> str | None:
+    """The ``--attention-backend`` value in ``extraArgs`` (the last one wins, as in argparse),
+    upper-cased as vLLM's enum names are; ``--attention-config`` (whose JSON may also name a
+    backend) is returned as such, so the caller can say it is not modelled."""
+    found: str | None = None
+    for i, arg in enumerate(extra_args):
+        name, has_value, value = arg.partition("=")
+        if name.startswith("--attention-config"):
+            return "--attention-config"
+        if name == "--attention-backend":
+            if not has_value:
+                value = extra_args[i + 1] if i + 1 < len(extra_args) else ""
+            found = value.strip().upper() or None
+    return found
+
+
+def kv_layout(
+    geometry: CapacityGeometry,
+    spec: DeepSeekServingSpec,
+    release: str,
+    cc_major: int | None,
+) -> tuple[str, tuple[KvGroup, ...]] | str:
+    """(what the groups are of, the groups), or why they are not known."""
     family = kv_family(spec.engine.kv_cache_dtype)
-    if geometry.kv_groups is None or family is None:
-        return None
     draft = spec.engine.speculative_config
+    if family is None:
+        return f"kvCacheDtype {spec.engine.kv_cache_dtype!r} has no known record"
+    if geometry.kv_layout == "v41-flash":
+        if draft is not None:
+            return "V4.1 speculative decoding's cache layers are not modelled"
+        if cc_major is None:
+            return "the GPU's compute capability is not known"
+        p = spec.parallelism
+        if max(p.prefill_context_parallel_size, p.pipeline_parallel_size) > 1 or (
+            p.decode_context_parallel_size > 1
+        ):
+            # PP splits kv-sharing groups, PCP forces FlashMLA, DCP's sharding of V4.1's specs
+            # is not in the proof: none of these is modelled.
+            return "V4.1 with pipeline or context parallelism is not modelled"
+        backend = attention_backend(spec.engine.extra_args)
+        if backend is not None and backend.startswith("--"):
+            return f"{backend} in extraArgs is not modelled (only --attention-backend is)"
+        att = capacity_v41.attention(
+            release,
+            cc_major,
+            p.tensor_parallel_size,
+            family == "packed",
+            spec.engine.kv_cache_dtype or "auto",
+            backend,
+        )
+        if isinstance(att, str):
+            return att
+        return f"{att.name}, {att.kv_dtype}", capacity_v41.groups(att)
+    if geometry.kv_groups is None:
+        return "no KV cache groups known"
     if draft is None:
-        return geometry.kv_groups.get(family)
-    if draft.get("method") == "mtp":
-        return geometry.kv_groups.get(family + MTP_SUFFIX)
-    return None
+        found = geometry.kv_groups.get(family)
+    elif draft.get("method") == "mtp":
+        found = geometry.kv_groups.get(family + MTP_SUFFIX)
+    else:
+        return f"speculative method {draft.get('method')!r} is not modelled"
+    if found is None:
+        return "no KV cache groups known for this kvCacheDtype"
+    return "vLLM's KV cache groups", found
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -105,7 +172,11 @@ def kv_blocks(
     INFERRED for pipeline stages > 1 (not proven by conformance): each stage holds 1/PP of
     every group's layers.
     """
-    bytes_per_block = _cdiv(max(g.page_bytes for g in groups), pipeline_stages)
+    # Block-outermost packing (every DeepSeek V4 / V4.1 layout): the stride is rounded up to the
+    # lcm of every layer's block stride alignment (vLLM 0.33.0 _get_kv_cache_bytes_per_block).
+    alignment = math.lcm(*(spec.stride_alignment for g in groups for spec, _ in g.layers))
+    widest = _cdiv(max(g.page_bytes for g in groups), pipeline_stages)
+    bytes_per_block = _cdiv(widest, alignment) * alignment
     per_request = sum(
         max(
             layer_blocks_per_request(spec, max_model_len, in_flight_tokens, dcp)
