@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Make a Docker engine available to the image build and the container tests.
+#
+# If `docker info` already works (the user's own daemon, DOCKER_HOST set, Docker Desktop, ...), that
+# engine is used and nothing is installed or started. Otherwise (CI and the dev VMs: no systemd, no
+# daemon) this script:
+#   1. installs Debian's docker.io with apt-get when `dockerd` is missing (needs root);
+#   2. starts `dockerd` in the background with its own data root, exec root, socket and log under
+#      ${DSO_CACHE:-$HOME/.cache/deepseek-operator}/docker/, so it never touches a system daemon's
+#      state and its images (the cache) survive between runs;
+#   3. waits until it answers.
+# The daemon keeps running after the script ends (images and build cache stay warm for the next
+# test run); `hack/docker-daemon.sh stop` stops a daemon this script started.
+#
+# Usage: hack/docker-daemon.sh [start|stop|env]   (default: start)
+#   start  ensure an engine answers; prints DOCKER_HOST=<value> on its last line
+#          (empty value: the default engine already answered).
+#   env    like start, but prints only `export DOCKER_HOST=...` (for `eval "$(...)"`).
+#   stop   stop the daemon this script started (no-op when none runs).
+set -euo pipefail
+
+CACHE="${DSO_CACHE:-${HOME}/.cache/deepseek-operator}"
+DIR="${CACHE}/docker"
+SOCK="${DIR}/docker.sock"
+PIDFILE="${DIR}/dockerd.pid"
+LOG="${DIR}/dockerd.log"
+OWN_HOST="unix://${SOCK}"
+
+log() { printf '[docker-daemon %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+answers() { timeout 20 docker "$@" info >/dev/null 2>&1; }
+
+own_pid() {
+  [[ -f "${PIDFILE}" ]] || return 1
+  local pid
+  pid="$(cat "${PIDFILE}")"
+  [[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null && echo "${pid}"
+}
+
+install_docker() {
+  command -v dockerd >/dev/null && command -v docker >/dev/null && return 0
+  if [[ "$(id -u)" != 0 ]]; then
+    echo "error: no Docker engine answers and dockerd is not installed; install Docker" \
+      "(Debian: apt-get install docker.io) or run this script as root" >&2
+    exit 1
+  fi
+  log "installing docker.io (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # iptables: dockerd's bridge network NATs through it; both are dependencies of docker.io, named
+  # so a trimmed Debian without recommends still gets them.
+  apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null
+}
+
+start() {
+  # 1. An engine that already answers wins: a user's laptop needs nothing from us.
+  if command -v docker >/dev/null && answers; then
+    echo "DOCKER_HOST=${DOCKER_HOST:-}"
+    return
+  fi
+  if command -v docker >/dev/null && answers -H "${OWN_HOST}"; then
+    echo "DOCKER_HOST=${OWN_HOST}"
+    return
+  fi
+  install_docker
+  mkdir -p "${DIR}/data" "${DIR}/exec"
+  if pid="$(own_pid)"; then
+    # Running but not answering yet (another run just started it): wait below.
+    log "dockerd ${pid} is starting"
+  else
+    rm -f "${SOCK}" "${PIDFILE}"
+    log "starting dockerd (data root ${DIR}/data, socket ${SOCK}, log ${LOG})"
+    # --exec-root under the cache: a system dockerd's /var/run/docker is left alone.
+    # setsid + nohup: the daemon outlives this script and the test process that ran it.
+    setsid nohup dockerd \
+      --host "${OWN_HOST}" \
+      --data-root "${DIR}/data" \
+      --exec-root "${DIR}/exec" \
+      --pidfile "${PIDFILE}" \
+      >>"${LOG}" 2>&1 </dev/null &
+  fi
+  local t0=${SECONDS}
+  until answers -H "${OWN_HOST}"; do
+    if ((SECONDS - t0 > 60)); then
+      echo "error: dockerd did not answer on ${SOCK} within 60 s; last lines of ${LOG}:" >&2
+      tail -n 30 "${LOG}" >&2 || true
+      exit 1
+    fi
+    sleep 0.5
+  done
+  log "dockerd answers on ${SOCK} after $((SECONDS - t0)) s"
+  echo "DOCKER_HOST=${OWN_HOST}"
+}
+
+stop() {
+  local pid
+  if ! pid="$(own_pid)"; then
+    log "no dockerd started by this script is running"
+    return
+  fi
+  log "stopping dockerd ${pid}"
+  kill "${pid}"
+  for _ in $(seq 1 60); do kill -0 "${pid}" 2>/dev/null || { rm -f "${PIDFILE}"; return; }; sleep 0.5; done
+  echo "error: dockerd ${pid} still running after 30 s" >&2
+  exit 1
+}
+
+case "${1:-start}" in
+  start) start ;;
+  env) line="$(start | tail -n 1)"; echo "export ${line}" ;;
+  stop) stop ;;
+  *) echo "usage: $0 [start|stop|env]" >&2; exit 2 ;;
+esac
