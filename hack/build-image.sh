@@ -21,7 +21,8 @@
 #   DSO_BASE_SUITE   Debian suite of the base image: bookworm (default, Python 3.11) or trixie
 #                    (Python 3.13); both meet the project's requires-python >= 3.11
 #   DSO_DEBIAN_MIRROR  Debian mirror for debootstrap (default http://deb.debian.org/debian)
-#   PYTHON           host Python with pip, for the wheelhouse (default python3)
+#   PYTHON           host Python with pip, for the wheelhouse (default .venv/bin/python, else python3)
+#   DSO_WHEEL_PORT   127.0.0.1 port the wheelhouse is served on during the build (default 38417)
 #
 # Usage: hack/build-image.sh   Prints `DOCKER_HOST=<value> IMAGE=<tag> BASE=<tag>` on its last line.
 set -euo pipefail
@@ -33,7 +34,10 @@ WORK="${CACHE}/image"
 IMAGE="${DSO_IMAGE:-deepseek-operator:local}"
 SUITE="${DSO_BASE_SUITE:-bookworm}"
 MIRROR="${DSO_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-PYTHON="${PYTHON:-python3}"
+# The project's venv has pip for sure (Debian's python3 may lack it); python3 otherwise.
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "${ROOT}/.venv/bin/python" ]]; then PYTHON="${ROOT}/.venv/bin/python"; else PYTHON=python3; fi
+fi
 mkdir -p "${WORK}"
 
 log() { printf '[build-image %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -124,7 +128,14 @@ else
 fi
 
 # --- 4. docker build ------------------------------------------------------------------------
-port="$("${PYTHON}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# A fixed port: the build args are part of Docker's cache key for the RUN that installs, so a new
+# port every time would rebuild the venv on every run. Builds in one cache are serialised by the
+# lock above; only when another program holds the port does a free one (and a cache miss) follow.
+port="${DSO_WHEEL_PORT:-38417}"
+if ! "${PYTHON}" -c 'import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' "${port}" 2>/dev/null; then
+  port="$("${PYTHON}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  log "port ${DSO_WHEEL_PORT:-38417} is taken; serving the wheelhouse on ${port} (the install layer rebuilds)"
+fi
 "${PYTHON}" -m http.server --bind 127.0.0.1 --directory "${WHEELS}" "${port}" \
   >"${WORK}/wheel-server.log" 2>&1 &
 server=$!

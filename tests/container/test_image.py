@@ -1,0 +1,158 @@
+"""The image built from the Dockerfile runs: CLI, ``render`` and ``crds``, hardened as the chart runs it.
+
+Every container here runs as the chart's securityContext asks (numeric non-root user, read-only
+root filesystem with a tmpfs /tmp, no capabilities, no privilege escalation, no network; see
+``HARDENED`` in conftest.py), and its output is compared with the same command run from the
+checkout, so the image cannot ship different code or data than the tests ran.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from tests.container.conftest import BUILD_SCRIPT, ROOT, Image, parse_last_line
+
+pytestmark = pytest.mark.container
+
+HOST_CLI = str(pathlib.Path(sys.executable).parent / "deepseek-operator")
+EXAMPLES = ("--volume", f"{ROOT / 'examples'}:/examples:ro")
+
+
+def _drop_timestamps(value: Any) -> Any:
+    """*value* without ``lastTransitionTime`` keys: the only part of a render that is the clock."""
+    if isinstance(value, dict):
+        return {k: _drop_timestamps(v) for k, v in value.items() if k != "lastTransitionTime"}
+    if isinstance(value, list):
+        return [_drop_timestamps(v) for v in value]
+    return value
+
+
+def test_parse_last_line() -> None:
+    assert parse_last_line("DOCKER_HOST= IMAGE=a:b BASE=c:d") == {
+        "DOCKER_HOST": "",
+        "IMAGE": "a:b",
+        "BASE": "c:d",
+    }
+
+
+@pytest.mark.parametrize("command", [[], ["render"], ["crds"], ["topology"], ["run"], ["agent"]])
+def test_help_runs_in_the_image(image: Image, command: list[str]) -> None:
+    out = image.run(*command, "--help")
+    assert out.stdout.startswith("usage: deepseek-operator"), out.stdout
+    assert out.stderr == ""
+
+
+def test_image_metadata_is_the_documented_one(image: Image) -> None:
+    config = json.loads(image.docker("image", "inspect", image.tag).stdout)[0]["Config"]
+    assert config["User"] == "65532:65532"
+    assert config["Entrypoint"] == ["deepseek-operator"]
+    assert config["Cmd"] == ["run"]
+    assert {"8080/tcp", "9090/tcp"} <= set(config["ExposedPorts"])
+
+
+def test_image_runs_as_its_non_root_user_by_default(image: Image) -> None:
+    # No --user: the image's own USER applies (a pod without runAsUser gets the same).
+    out = image.docker(
+        "run", "--rm", "--network=none", "--entrypoint=python", image.tag,
+        "-c", "import os, sys; print(os.getuid(), os.getgid(), sys.version_info >= (3, 11))",
+    )  # fmt: skip
+    assert out.stdout.split() == ["65532", "65532", "True"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "nodes"),
+    [
+        ("dsv41-flash-gb200.yaml", "nodes-gb200.yaml"),
+        ("dsv41-flash-gb200.yaml", "nodes-h200.yaml"),
+        ("dsv41-flash-dep8-nvl72.yaml", "nodes-gb200-two-racks.yaml"),
+    ],
+)
+def test_render_in_the_container_matches_the_checkout(image: Image, spec: str, nodes: str) -> None:
+    args = ["render", "-f", f"examples/{spec}", "--nodes", f"examples/{nodes}", "-o", "json"]
+    inside = image.run(
+        "render", "-f", f"/examples/{spec}", "--nodes", f"/examples/{nodes}", "-o", "json",
+        flags=EXAMPLES,
+    )  # fmt: skip
+    host = subprocess.run([HOST_CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert host.returncode == 0, host.stderr
+    assert inside.stderr == ""
+    printed = json.loads(inside.stdout)
+    assert printed["status"]["resolved"]["moeBackend"], printed["status"]
+    assert _drop_timestamps(printed) == _drop_timestamps(json.loads(host.stdout))
+
+
+def test_render_reads_a_spec_from_a_read_only_mount_and_writes_nothing(image: Image) -> None:
+    # The text output (what a user reads) works too, and a failing spec fails in the container
+    # just as it does outside: a non-zero exit, the reason on stderr.
+    ok = image.run(
+        "render", "-f", "/examples/dsv41-flash-gb200.yaml", "--nodes", "/examples/nodes-gb200.yaml",
+        flags=EXAMPLES,
+    )  # fmt: skip
+    assert "deep_gemm_mega_moe" in ok.stdout
+    missing = image.run("render", "-f", "/examples/no-such-file.yaml", flags=EXAMPLES, check=False)
+    assert missing.returncode != 0
+    assert "no-such-file.yaml" in missing.stderr
+
+
+def test_crds_in_the_image_are_the_committed_ones(image: Image) -> None:
+    committed = (ROOT / "crds" / "serving.deepseek-operator.io_deepseekservings.yaml").read_text()
+    assert image.run("crds").stdout == committed
+
+
+def test_root_filesystem_is_read_only_and_tmp_is_writable(image: Image) -> None:
+    probe = (
+        "import errno\n"
+        "for path in ('/probe', '/opt/venv/probe', '/tmp/probe'):\n"
+        "    try:\n"
+        "        open(path, 'w').close()\n"
+        "        print(path, 'written')\n"
+        "    except OSError as e:\n"
+        "        print(path, errno.errorcode[e.errno])\n"
+    )
+    out = image.run("-c", probe, flags=("--entrypoint=python",))
+    assert out.stdout.splitlines() == [
+        "/probe EROFS",
+        "/opt/venv/probe EROFS",
+        "/tmp/probe written",
+    ]
+
+
+def test_installed_code_is_not_writable_by_the_user_even_with_a_writable_root(image: Image) -> None:
+    # Defence in depth for a pod that forgets readOnlyRootFilesystem: the venv belongs to root.
+    out = image.docker(
+        "run", "--rm", "--network=none", "--entrypoint=python", image.tag, "-c",
+        "import deepseek_operator, errno, pathlib\n"
+        "p = pathlib.Path(deepseek_operator.__file__).parent / 'probe'\n"
+        "try:\n    p.write_text('x'); print('written')\n"
+        "except OSError as e:\n    print(errno.errorcode[e.errno])\n",
+    )  # fmt: skip
+    assert out.stdout.strip() == "EACCES"
+
+
+def test_no_build_tools_in_the_image(image: Image) -> None:
+    out = image.run(
+        "-c",
+        "import shutil; print([t for t in ('gcc', 'cc', 'c++', 'make', 'ld') if shutil.which(t)])",
+        flags=("--entrypoint=python",),
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_warm_rebuild_is_cached_and_gives_the_same_image(image: Image) -> None:
+    before = image.docker("image", "inspect", "--format", "{{.Id}}", image.tag).stdout.strip()
+    t0 = time.monotonic()
+    out = subprocess.run([str(BUILD_SCRIPT)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "base " in out.stderr and ": up to date" in out.stderr, out.stderr
+    after = image.docker("image", "inspect", "--format", "{{.Id}}", image.tag).stdout.strip()
+    assert after == before, "a rebuild with nothing changed must hit Docker's layer cache"
+    # Seconds, not minutes (measured: ~5 s on 2 cores); generous for a loaded CI machine.
+    assert took < 120, f"warm rebuild took {took:.0f} s:\n{out.stderr}"
