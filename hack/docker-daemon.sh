@@ -16,7 +16,8 @@
 #   start  ensure an engine answers; prints DOCKER_HOST=<value> on its last line
 #          (empty value: the default engine already answered).
 #   env    like start, but prints only `export DOCKER_HOST=...` (for `eval "$(...)"`).
-#   stop   stop the daemon this script started (no-op when none runs).
+#   stop   stop the daemon this script started (no-op when none runs) and unmount what it left
+#          mounted under the cache dir.
 set -euo pipefail
 
 CACHE="${DSO_CACHE:-${HOME}/.cache/deepseek-operator}"
@@ -100,9 +101,25 @@ stop() {
   fi
   log "stopping dockerd ${pid}"
   kill "${pid}"
-  for _ in $(seq 1 60); do kill -0 "${pid}" 2>/dev/null || { rm -f "${PIDFILE}"; return; }; sleep 0.5; done
+  for _ in $(seq 1 60); do
+    if ! kill -0 "${pid}" 2>/dev/null; then
+      rm -f "${PIDFILE}"
+      unmount_leftovers
+      return
+    fi
+    sleep 0.5
+  done
   echo "error: dockerd ${pid} still running after 30 s" >&2
   exit 1
+}
+
+# dockerd 20.10 leaves its default network namespace (exec/netns/default, an nsfs mount) and the
+# data root's bind mount behind when it exits; unmount them so the cache can be deleted.
+unmount_leftovers() {
+  local mnt
+  awk -v dir="${DIR}/" 'index($2, dir) == 1 { print $2 }' /proc/mounts | sort -r | while read -r mnt; do
+    umount "${mnt}" 2>/dev/null || umount -l "${mnt}" 2>/dev/null || true
+  done
 }
 
 case "${1:-start}" in
