@@ -57,8 +57,8 @@ vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each inst
 image: venv ## build the image from the Dockerfile (starts a Docker engine, builds a Debian Python base; cached under ~/.cache/deepseek-operator)
 	PYTHON=$(abspath $(BIN)/python) hack/build-image.sh
 
-test-container: image ## the image tests only: CLI, render and crds in the built image, hardened as the chart runs it
-	$(BIN)/pytest tests/container -q
+test-container: image cluster-bins ## the image tests only: CLI, render, crds, and the operator and agent images on the local control plane with in-cluster config
+	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest tests/container -q
 
 test-unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q

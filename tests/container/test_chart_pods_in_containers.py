@@ -1,4 +1,4 @@
-"""The operator image against the real local control plane, configured as in a pod.
+"""The operator and agent images against the real local control plane, configured as in a pod.
 
 ``helm install`` puts the chart into a fresh namespace (kwok runs no containers, so its
 Deployment's pods never start); then the built image runs the operator the way that Deployment
