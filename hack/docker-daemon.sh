@@ -9,6 +9,9 @@
 #      ${DSO_CACHE:-$HOME/.cache/deepseek-operator}/docker/, so it never touches a system daemon's
 #      state and its images (the cache) survive between runs;
 #   3. waits until it answers.
+# On a host whose capability bounding set lacks CAP_SYS_RESOURCE (some VMs), the daemon it starts
+# runs containers through a small runc wrapper that drops that capability from the OCI spec, so
+# `docker run --privileged` (a kind node) works; elsewhere nothing special happens.
 # The daemon keeps running after the script ends (images and build cache stay warm for the next
 # test run); `hack/docker-daemon.sh stop` stops a daemon this script started.
 #
@@ -53,6 +56,65 @@ install_docker() {
   apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null
 }
 
+# CAP_SYS_RESOURCE is capability 24. Some VMs (Firecracker here) drop it from the bounding set;
+# then no process, root included, can hold it, and runc fails every container whose spec asks for
+# it (`docker run --privileged` asks for all: "unable to apply caps: operation not permitted").
+lacks_cap_sys_resource() {
+  local bnd
+  bnd="$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)"
+  (( (16#${bnd} >> 24 & 1) == 0 ))
+}
+
+# A runtime for dockerd that removes CAP_SYS_RESOURCE from the OCI spec (config.json of the bundle
+# for create/run, the --process file for exec) and then runs the real runc with the same
+# arguments. Only installed where the capability is missing: asking for it could never succeed.
+write_runc_wrapper() {
+  local runc
+  runc="$(command -v runc || echo /usr/sbin/runc)"
+  cat >"${DIR}/runc-wrapper" <<WRAPPER
+#!/usr/bin/env python3
+"""runc, minus CAP_SYS_RESOURCE (absent from this host's bounding set). Written by hack/docker-daemon.sh."""
+import json, os, sys
+
+RUNC = "${runc}"
+args = sys.argv[1:]
+
+
+def value(flags):
+    for i, a in enumerate(args):
+        for f in flags:
+            if a == f and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(f + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
+def strip(path, key):
+    with open(path) as fh:
+        doc = json.load(fh)
+    caps = (doc.get(key, {}) if key else doc).get("capabilities") or {}
+    if any("CAP_SYS_RESOURCE" in v for v in caps.values() if isinstance(v, list)):
+        for k, v in caps.items():
+            if isinstance(v, list):
+                caps[k] = [c for c in v if c != "CAP_SYS_RESOURCE"]
+        with open(path, "w") as fh:
+            json.dump(doc, fh)
+
+
+command = next((a for a in args if a in ("create", "run", "exec")), None)
+if command in ("create", "run"):
+    bundle = value(("--bundle", "-b")) or "."
+    strip(os.path.join(bundle, "config.json"), "process")
+elif command == "exec":
+    process = value(("--process", "-p"))
+    if process:
+        strip(process, None)
+os.execv(RUNC, [RUNC, *args])
+WRAPPER
+  chmod 0755 "${DIR}/runc-wrapper"
+}
+
 start() {
   # 1. An engine that already answers wins: a user's laptop needs nothing from us.
   if command -v docker >/dev/null && answers; then
@@ -65,6 +127,12 @@ start() {
   fi
   install_docker
   mkdir -p "${DIR}/data" "${DIR}/exec"
+  local runtime=()
+  if lacks_cap_sys_resource; then
+    write_runc_wrapper
+    runtime=(--add-runtime "dso-runc=${DIR}/runc-wrapper" --default-runtime dso-runc)
+    log "the capability bounding set lacks CAP_SYS_RESOURCE: containers run through ${DIR}/runc-wrapper"
+  fi
   if pid="$(own_pid)"; then
     # Running but not answering yet (another run just started it): wait below.
     log "dockerd ${pid} is starting"
@@ -78,6 +146,7 @@ start() {
       --data-root "${DIR}/data" \
       --exec-root "${DIR}/exec" \
       --pidfile "${PIDFILE}" \
+      "${runtime[@]}" \
       >>"${LOG}" 2>&1 </dev/null &
   fi
   local t0=${SECONDS}
