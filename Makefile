@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Where the Go-built binaries and the vLLM virtualenvs are cached (the hack scripts and tests read it too).
 DSO_CACHE ?= $(HOME)/.cache/deepseek-operator
 
-.PHONY: help venv generate verify docs lint typecheck test test-unit image test-container corpus cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
+.PHONY: help venv generate verify docs lint typecheck test test-unit image test-container kind-node corpus cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -59,6 +59,9 @@ image: venv ## build the image from the Dockerfile (starts a Docker engine, buil
 
 test-container: image cluster-bins ## the image tests only: CLI, render, crds, and the operator and agent images on the local control plane with in-cluster config
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest tests/container -q
+
+kind-node: cluster-bins ## build a kind node image with no registry (hack/build-kind-node.sh; ~6 min cold, seconds warm)
+	hack/build-kind-node.sh
 
 test-unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q
