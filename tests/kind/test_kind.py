@@ -7,7 +7,9 @@ real probes, running with in-cluster configuration and only the chart's RBAC; th
 DeepSeekServing must resolve to ``deep_gemm_mega_moe`` and its vLLM Deployment must exist (its pod
 stays Pending: the example asks for 16 CPUs and 256 GiB). Then the active operator pod is deleted
 and the standby must take over: the time from the delete to a spec change being reconciled is
-measured and printed.
+measured and printed. Last, the agent DaemonSet is switched on and the node labelled
+``nvidia.com/gpu.present=true``: the agent pod must run (no NVIDIA driver here), log the missing
+NVML once and publish ``present=false`` only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from deepseek_operator import names
 from tests.k8s.cluster import wait_for
 from tests.kind.conftest import ROOT, KindCluster
 
@@ -84,14 +87,24 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     printed = kc.kubectl("get", "dss", "-n", "llm").stdout
     assert "deep_gemm_mega_moe" in printed
 
-    # The active replica is the one that reconciled; the standby only waits in the peering.
-    logs = {
-        p["metadata"]["name"]: kc.kubectl("logs", "-n", NS, p["metadata"]["name"]).stdout
-        for p in pods
-    }
-    active = [name for name, text in logs.items() if "Reconciled DeepSeekServing" in text]
-    assert len(active) == 1, {n: t[-2000:] for n, t in logs.items()}
-    for text in logs.values():
+    # The active replica: the highest priority in the chart's ClusterKopfPeering (kopf's rule;
+    # its peer ids are "<user>@<pod name>/<start time>/<random>").
+    deploy = kc.kubectl_json(
+        "get", "deployment", "-n", NS, "-l", "app.kubernetes.io/component=operator"
+    )
+    args = deploy["items"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    peering = next(a.split("=", 1)[1] for a in args if a.startswith("--peering="))
+
+    def peers() -> dict[str, Any] | None:
+        status = kc.kubectl_json("get", "clusterkopfpeering", peering).get("status") or {}
+        return status if len(status) >= 2 else None
+
+    status = wait_for(peers, timeout=60, what="both replicas in the peering")
+    leader_id = max(status, key=lambda k: status[k]["priority"])
+    active = [p["metadata"]["name"] for p in pods if f"@{p['metadata']['name']}/" in leader_id]
+    assert len(active) == 1, (leader_id, [p["metadata"]["name"] for p in pods])
+    for p in pods:
+        text = kc.kubectl("logs", "-n", NS, p["metadata"]["name"]).stdout
         assert "403" not in text and "Forbidden" not in text, text[-3000:]
 
     # Failover: delete the active pod (the kubelet sends SIGTERM), then change the spec; the
@@ -114,4 +127,34 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     wait_for(reconciled, timeout=180, what="the standby to reconcile the changed spec")
     timings["standby_reconciled_after_gone"] = time.monotonic() - t_gone
     timings["failover_total"] = time.monotonic() - t_kill
+
+    # The agent as a real DaemonSet pod on a node labelled as a GPU node: no NVIDIA driver here,
+    # so it must report the missing NVML (once, at info), publish present=false and keep running.
+    t_agent = time.monotonic()
+    kc.helm(
+        "upgrade", "deepseek-operator", str(ROOT / "charts" / "deepseek-operator"), "-n", NS,
+        "--reuse-values", "--set", "agent.enabled=true",
+    )  # fmt: skip
+    kc.kubectl("label", "node", kc.node, "nvidia.com/gpu.present=true")
+
+    def agent_running() -> dict[str, Any] | None:
+        items = kc.kubectl_json("get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=agent")[
+            "items"
+        ]
+        return items[0] if items and items[0]["status"].get("phase") == "Running" else None
+
+    agent = wait_for(agent_running, timeout=120, what="the agent pod Running")
+
+    def published() -> dict[str, str] | None:
+        labels = kc.kubectl_json("get", "node", kc.node)["metadata"]["labels"]
+        return labels if labels.get(names.AGENT_PRESENT) == "false" else None
+
+    labels = wait_for(published, timeout=120, what="present=false from the agent pod")
+    timings["agent_published"] = time.monotonic() - t_agent
+    ours = {k for k in labels if k.startswith(names.AGENT_PREFIX)}
+    assert ours == {names.AGENT_PRESENT}
+    log = kc.kubectl("logs", "-n", NS, agent["metadata"]["name"]).stdout
+    assert log.count("No GPUs on this Node") == 1 and "NVML" in log, log
+    assert "level=error" not in log and "Traceback" not in log, log
+    assert agent["status"]["containerStatuses"][0]["restartCount"] == 0
     print("kind tier timings (s):", {k: round(v, 1) for k, v in timings.items()})
