@@ -1,8 +1,9 @@
 """A kind cluster per session, from the node image ``hack/build-kind-node.sh`` builds.
 
-The session fixture builds (or reuses) the node image and the project's image, runs the unmodified
-kind CLI (``kind create cluster --image ... --config hack/kind-cluster.yaml``) with a private
-kubeconfig, and deletes the cluster at the end. A failing step fails the tests; nothing skips.
+The session fixture builds (or reuses) the node image and the project's image and prepares the
+environment (a private kubeconfig, the Docker engine, the kind/kubectl/helm built here on PATH);
+the test runs the README's commands, which create the cluster with the unmodified kind CLI; the
+fixture deletes it at the end. A failing step fails the tests; nothing skips.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,28 +85,35 @@ class KindCluster:
 
 @pytest.fixture(scope="session")
 def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindCluster]:
-    """Build the images, create the cluster, yield it, delete it."""
+    """Build the images; yield the environment the README's kind recipe runs in; delete the cluster.
+
+    The recipe itself (``tests/kind/test_kind.py``) creates the cluster, named ``kind`` as the
+    README's commands assume (``kind-control-plane``). A cluster of that name that exists already
+    fails the run instead of being touched.
+    """
     env = dict(os.environ, PYTHON=sys.executable)
     node = _script("build-kind-node.sh", env)
-    image = _script("build-image.sh", env)
+    _script("build-image.sh", env)
     env = dict(os.environ)
     if node["DOCKER_HOST"]:
         env["DOCKER_HOST"] = node["DOCKER_HOST"]
     kubeconfig = tmp_path_factory.mktemp("kind") / "kubeconfig"
     env["KUBECONFIG"] = str(kubeconfig)
+    kind = node["KIND"]
+    # The README's commands name kind, kubectl and helm: the ones built here come first.
+    env["PATH"] = os.pathsep.join(
+        [str(pathlib.Path(kind).parent), str(default_bin_dir()), env["PATH"]]
+    )
     cluster = KindCluster(
-        name=f"dso-{uuid.uuid4().hex[:6]}", kubeconfig=kubeconfig, kind=node["KIND"],
-        image=image["IMAGE"], env=env,
-    )  # fmt: skip
-    cluster.run(
-        cluster.kind, "create", "cluster", "--name", cluster.name, "--image", node["NODE_IMAGE"],
-        "--config", str(ROOT / "hack" / "kind-cluster.yaml"), "--kubeconfig", str(kubeconfig),
-        "--wait", "180s", timeout=600,
-    )  # fmt: skip
+        name="kind", kubeconfig=kubeconfig, kind=kind, image="deepseek-operator:dev", env=env
+    )
+    existing = cluster.run(kind, "get", "clusters").stdout.split()
+    if cluster.name in existing:
+        pytest.fail("a kind cluster named 'kind' exists already; delete it to run this tier")
     try:
         yield cluster
     finally:
         cluster.run(
-            cluster.kind, "delete", "cluster", "--name", cluster.name,
-            "--kubeconfig", str(kubeconfig), check=False, timeout=300,
+            kind, "delete", "cluster", "--name", cluster.name, "--kubeconfig", str(kubeconfig),
+            check=False, timeout=300,
         )  # fmt: skip
