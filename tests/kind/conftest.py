@@ -25,6 +25,7 @@ from tests.k8s.cluster import default_bin_dir
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Cold: the Kubernetes node binaries, a debootstrap rootfs and the images (~6 min on 2 cores).
 BUILD_TIMEOUT_S = 2400
+STANDIN_IMAGE = "vllm-standin:local"
 
 
 def _script(name: str, env: dict[str, str]) -> dict[str, str]:
@@ -93,10 +94,18 @@ def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindClust
     """
     env = dict(os.environ, PYTHON=sys.executable)
     node = _script("build-kind-node.sh", env)
-    _script("build-image.sh", env)
+    image = _script("build-image.sh", env)
     env = dict(os.environ)
     if node["DOCKER_HOST"]:
         env["DOCKER_HOST"] = node["DOCKER_HOST"]
+    # The vLLM stand-in (tests/kind/vllm-standin) on the same local Python base.
+    standin = subprocess.run(
+        ["docker", "build", "-q", "-t", STANDIN_IMAGE, "--build-arg", f"BASE_IMAGE={image['BASE']}",
+         str(ROOT / "tests" / "kind" / "vllm-standin")],
+        capture_output=True, text=True, env=dict(env, DOCKER_BUILDKIT="0"), timeout=600,
+    )  # fmt: skip
+    if standin.returncode != 0:
+        pytest.fail(f"building the vLLM stand-in failed:\n{standin.stderr[-3000:]}", pytrace=False)
     kubeconfig = tmp_path_factory.mktemp("kind") / "kubeconfig"
     env["KUBECONFIG"] = str(kubeconfig)
     kind = node["KIND"]

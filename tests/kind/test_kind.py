@@ -27,7 +27,7 @@ import pytest
 
 from deepseek_operator import names
 from tests.k8s.cluster import wait_for
-from tests.kind.conftest import ROOT, KindCluster
+from tests.kind.conftest import ROOT, STANDIN_IMAGE, KindCluster
 
 pytestmark = pytest.mark.kind
 
@@ -196,4 +196,48 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     assert log.count("No GPUs on this Node") == 1 and "NVML" in log, log
     assert "level=error" not in log and "Traceback" not in log, log
     assert agent["status"]["containerStatuses"][0]["restartCount"] == 0
+
+    # The vLLM workload for real: the stand-in image (kind load), small requests, so the pod runs
+    # under the kubelet's startup/readiness/liveness probes on /health and the serving turns Ready.
+    # Then its pod is deleted: the Deployment brings a new one and the status says so.
+    t_vllm = time.monotonic()
+    kc.run(kc.kind, "load", "docker-image", STANDIN_IMAGE, "--name", kc.name)
+    kc.kubectl(
+        "patch", "dss", "dsv41", "-n", "llm", "--type=merge", "-p",
+        json.dumps({"spec": {"image": STANDIN_IMAGE,
+                             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}}),
+    )  # fmt: skip
+
+    def serving_ready() -> dict[str, Any] | None:
+        got = kc.kubectl_json("get", "dss", "dsv41", "-n", "llm")
+        return got if condition(got, "Ready").get("status") == "True" else None
+
+    def vllm_pods() -> list[dict[str, Any]]:
+        items = kc.kubectl_json(
+            "get", "pods", "-n", "llm", "-l", "app.kubernetes.io/instance=dsv41"
+        )["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    try:
+        wait_for(serving_ready, timeout=240, what="Ready=True with the vLLM stand-in")
+    except BaseException:
+        print(kc.kubectl("describe", "pods", "-n", "llm", check=False).stdout[-4000:])
+        raise
+    timings["vllm_ready"] = time.monotonic() - t_vllm
+    (first,) = vllm_pods()
+    assert first["spec"]["containers"][0]["image"] == STANDIN_IMAGE
+    assert ready(first)
+    t_del = time.monotonic()
+    kc.kubectl("delete", "pod", "-n", "llm", first["metadata"]["name"], "--wait=false")
+
+    def not_ready() -> dict[str, Any] | None:
+        got = kc.kubectl_json("get", "dss", "dsv41", "-n", "llm")
+        return got if condition(got, "Ready").get("status") == "False" else None
+
+    dropped = wait_for(not_ready, timeout=120, what="Ready=False while the pod is replaced")
+    assert "0/1" in condition(dropped, "Ready").get("message", ""), condition(dropped, "Ready")
+    wait_for(serving_ready, timeout=240, what="Ready=True again with a new pod")
+    timings["vllm_pod_replaced"] = time.monotonic() - t_del
+    (second,) = vllm_pods()
+    assert second["metadata"]["name"] != first["metadata"]["name"] and ready(second)
     print("kind tier timings (s):", {k: round(v, 1) for k, v in timings.items()})
