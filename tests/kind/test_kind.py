@@ -4,7 +4,9 @@ The README's kind recipe, step for step: its commands are read from the README a
 (``kind create cluster`` becomes the README's own offline variant with the node image built here,
 and ``docker build`` the offline build of the same Dockerfile, since no registry answers): label
 the node as a GB200 tray, load the image with ``kind load docker-image``, ``helm install`` (agent
-off), apply the seed example. The operator's two replicas must become Ready under the kubelet's
+off), apply the seed example. The operator's namespace then enforces Pod Security ``restricted``
+(its running pods must pass a server-side dry run first), so the replacement pod of the failover
+below is admitted under it. The operator's two replicas must become Ready under the kubelet's
 real probes, running with in-cluster configuration and only the chart's RBAC; the seed
 DeepSeekServing must resolve to ``deep_gemm_mega_moe`` and its vLLM Deployment must exist (its pod
 stays Pending: the example asks for 16 CPUs and 256 GiB). Then the active operator pod is deleted
@@ -124,6 +126,15 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     assert kc.kubectl("get", "deployment", "dsv41", "-n", "llm", check=False).returncode == 0
     printed = kc.kubectl("get", "dss", "-n", "llm").stdout
     assert "deep_gemm_mega_moe" in printed
+
+    # Pod Security Admission, for real: the chart's pods meet `restricted`. A server-side dry run
+    # of the enforce label makes the API server evaluate the running pods and warn per violation.
+    psa = kc.kubectl(
+        "label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted",
+        "--dry-run=server", "--overwrite",
+    )  # fmt: skip
+    assert "violate" not in psa.stderr and "Warning" not in psa.stderr, psa.stderr
+    kc.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
 
     # The active replica: the highest priority in the chart's ClusterKopfPeering (kopf's rule;
     # its peer ids are "<user>@<pod name>/<start time>/<random>").
