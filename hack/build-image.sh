@@ -145,6 +145,7 @@ for _ in $(seq 1 50); do
   sleep 0.1
 done
 t0=${SECONDS}
+old_id="$(docker image inspect --format '{{.Id}}' "${IMAGE}" 2>/dev/null || true)"
 log "docker build -t ${IMAGE} (base ${BASE})"
 docker build --network host --tag "${IMAGE}" \
   --build-arg "BASE_IMAGE=${BASE}" \
@@ -152,5 +153,10 @@ docker build --network host --tag "${IMAGE}" \
   --build-arg "PIP_FIND_LINKS=http://127.0.0.1:${port}/" \
   "${ROOT}" >"${WORK}/docker-build.log" 2>&1 \
   || { tail -n 40 "${WORK}/docker-build.log" >&2; exit 1; }
+# The image this build replaced (now untagged): removed unless a container or tag still uses it.
+# The build stages' intermediate images stay: they are the layer cache.
+if [[ -n "${old_id}" && "${old_id}" != "$(docker image inspect --format '{{.Id}}' "${IMAGE}")" ]]; then
+  docker rmi "${old_id}" >/dev/null 2>&1 || true
+fi
 log "image ${IMAGE}: built in $((SECONDS - t0)) s ($(docker image inspect --format '{{.Size}}' "${IMAGE}" | awk '{printf "%.0f MB", $1/1e6}')); total $((SECONDS - T_ALL)) s"
 echo "DOCKER_HOST=${DOCKER_HOST:-} IMAGE=${IMAGE} BASE=${BASE}"
