@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # One image for the operator (`deepseek-operator run`, the default) and the node agent
 # (`deepseek-operator agent`). Build: docker build -t deepseek-operator:0.1.0 .
 #
@@ -9,8 +8,21 @@
 #
 # Base: the Python CI runs (3.11.7), Debian bookworm slim. Pin a digest as well when you publish:
 #   python:3.11.7-slim-bookworm@sha256:<digest>
+# BASE_IMAGE replaces it where no registry is reachable: hack/build-image.sh builds a Python base
+# from Debian packages (debootstrap) and passes --build-arg BASE_IMAGE=<that image>. Any base with
+# Python >= 3.11 as `python`, its venv module, and groupadd/useradd works.
+#
+# No `# syntax=` line: it would make BuildKit pull a frontend image from Docker Hub, so the build
+# could not run offline; nothing here needs more than the built-in frontend.
+ARG BASE_IMAGE=python:3.11.7-slim-bookworm
 
-FROM python:3.11.7-slim-bookworm AS build
+FROM ${BASE_IMAGE} AS build
+# Where pip finds packages, for mirrors and offline builds (hack/build-image.sh serves a wheelhouse
+# with PIP_NO_INDEX=1 PIP_FIND_LINKS=http://127.0.0.1:PORT/); unset, pip uses PyPI. Build args are
+# in the RUN environment only, never in the image.
+ARG PIP_INDEX_URL
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
@@ -20,7 +32,7 @@ RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --quiet -c constraints.txt . \
     && /opt/venv/bin/deepseek-operator --help >/dev/null
 
-FROM python:3.11.7-slim-bookworm AS runtime
+FROM ${BASE_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="deepseek-operator" \
       org.opencontainers.image.description="DeepSeek V4/V4.1 on vLLM: operator and node agent" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Where the Go-built binaries and the vLLM virtualenvs are cached (the hack scripts and tests read it too).
 DSO_CACHE ?= $(HOME)/.cache/deepseek-operator
 
-.PHONY: help venv generate verify docs lint typecheck test test-unit corpus cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
+.PHONY: help venv generate verify docs lint typecheck test test-unit image test-container kind-node test-kind corpus cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -54,6 +54,18 @@ vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each inst
 	  $(DSO_CACHE)/vllm/$$v/bin/python -m conformance.extract --out operator/deepseek_operator/catalog/vllm || exit 1; \
 	done
 
+image: venv ## build the image from the Dockerfile (starts a Docker engine, builds a Debian Python base; cached under ~/.cache/deepseek-operator)
+	PYTHON=$(abspath $(BIN)/python) hack/build-image.sh
+
+test-container: image cluster-bins ## the image tests only: CLI, render, crds, and the operator and agent images on the local control plane with in-cluster config
+	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest tests/container -q
+
+kind-node: cluster-bins ## build a kind node image with no registry (hack/build-kind-node.sh; ~6 min cold, seconds warm)
+	hack/build-kind-node.sh
+
+test-kind: venv cluster-bins kind-node image ## the kind tier: README kind recipe with the local images, operator failover (~10 min cold)
+	$(BIN)/pytest tests/kind -q -s
+
 test-unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q
 
@@ -61,8 +73,8 @@ CORPUS ?= /tmp/deepseek-operator-corpus
 corpus: venv ## capture `render` over examples, fixtures and generated variants into $(CORPUS) (diff -r two captures; ~10 min)
 	$(BIN)/python -m hack.render_corpus capture $(CORPUS)
 
-test: venv cluster-bins vllm-newest lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane
-	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
+test: venv cluster-bins vllm-newest image lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, and the built image
+	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q -m "not kind"
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
 	$(BIN)/python -m bench.bench_core
