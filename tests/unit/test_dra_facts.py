@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
+import re
 from typing import Any
 
 import pytest
@@ -55,10 +57,10 @@ def test_a_dra_only_gb200_tray_reads_every_fact_from_its_slice() -> None:
     assert facts.product == "NVIDIA-GB200"
     assert (facts.nvlink_fully_connected, facts.nvlink_source) == (True, SOURCE_DRA_PRODUCT)
     assert facts.evidence(COMPUTE) == (
-        "ResourceSlice gpu.nvidia.com pool 't0': cudaComputeCapability='10.0.0' on 4 device(s) (DRA)"
+        "gpu.nvidia.com ResourceSlice cudaComputeCapability='10.0.0' (DRA)"
     )
     assert facts.evidence(NVLINK).endswith(
-        "productName='NVIDIA GB200' on 4 device(s) (inferred from DRA productName)"
+        "productName='NVIDIA GB200' (inferred from DRA productName)"
     )
 
 
@@ -273,16 +275,17 @@ def test_check_messages_name_the_slice_a_fact_came_from() -> None:
     h200 = gpu_slice("h0", count=8, product="NVIDIA H200", cc="9.0.0", memory="143771Mi")
     res = plan(MEGA, one(bare_node("h0"), h200), Observed.offline(), NOW).resolution
     arch = next(c for c in res.checks if c.name == "GPUArchitecture")
-    assert (
-        "from ResourceSlice gpu.nvidia.com pool 'h0': cudaComputeCapability='9.0.0'" in arch.message
-    )
+    assert "from gpu.nvidia.com ResourceSlice cudaComputeCapability='9.0.0' (DRA)" in arch.message
     assert "(DRA)" in arch.message
 
 
 # --- the same decision on a label-only pool and on its DRA-only twin -----------------------------
 
 SERVINGS = sorted(p.name for p in (ROOT / "examples").glob("dsv41-*.yaml"))
-POOLS = sorted(p.name for p in (ROOT / "examples").glob("nodes-*.yaml"))
+# The label-described pools (a *-dra.yaml file is already a DRA twin).
+POOLS = sorted(
+    p.name for p in (ROOT / "examples").glob("nodes-*.yaml") if not p.stem.endswith("-dra")
+)
 
 
 def _decision(serving: str, nodes: list[Any], slices: list[Any]) -> dict[str, Any]:
@@ -317,3 +320,54 @@ def test_a_dra_only_pool_gets_the_decision_of_its_label_only_twin(serving: str, 
 
 def test_the_twin_of_a_node_without_gpus_has_no_slice() -> None:
     assert dra_only(bare_node("cpu-0"))[1] is None
+
+
+# --- offline render: ResourceSlices beside Nodes in the --nodes file ------------------------------
+
+
+def test_render_reads_slices_beside_nodes_and_decides_as_on_labels(capsys: Any) -> None:
+    from deepseek_operator.cli import main
+
+    serving = str(ROOT / "examples/dsv41-flash-gb200.yaml")
+    assert main(["render", "-f", serving, "--nodes", str(ROOT / "examples/nodes-gb200-dra.yaml"), "-o", "json"]) == 0  # fmt: skip
+    on_dra = json.loads(capsys.readouterr().out)
+    assert main(["render", "-f", serving, "--nodes", str(ROOT / "examples/nodes-gb200.yaml"), "-o", "json"]) == 0  # fmt: skip
+    on_labels = json.loads(capsys.readouterr().out)
+    assert on_dra["status"]["resolved"] == on_labels["status"]["resolved"]
+    assert on_dra["status"]["resolved"]["eligibleNodes"] == 4
+
+
+def test_the_nodes_file_takes_node_and_slice_documents_and_lists(tmp_path: pathlib.Path) -> None:
+    from deepseek_operator.commands.render.inputs import load_cluster_file
+
+    slices = {"apiVersion": "v1", "kind": "ResourceSliceList", "items": [gpu_slice("t0")]}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([bare_node("t0") | {"kind": "Node"}, slices]))
+    nodes, found = load_cluster_file(str(path))
+    assert [n["metadata"]["name"] for n in nodes] == ["t0"] and len(found) == 1
+
+
+REFUSED = {
+    "a v1beta1 slice is refused with the version it must be": (
+        gpu_slice("t0") | {"apiVersion": "resource.k8s.io/v1beta1"},
+        "document 1 apiVersion: Unsupported value: 'resource.k8s.io/v1beta1': a ResourceSlice "
+        "must be resource.k8s.io/v1",
+    ),
+    "a Pod is refused naming what the file may hold": (
+        {"apiVersion": "v1", "kind": "Pod"},
+        "document 1 is a Pod, not a Node, a ResourceSlice or a List of them",
+    ),
+}
+
+
+@pytest.mark.parametrize("doc, error", REFUSED.values(), ids=REFUSED.keys())
+def test_the_nodes_file_refuses_what_it_cannot_read(
+    tmp_path: pathlib.Path, doc: dict[str, Any], error: str
+) -> None:
+    from deepseek_operator.commands.render.inputs import load_cluster_file
+    from deepseek_operator.errors import InputError
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match=re.escape(error)):
+        load_cluster_file(str(path))

@@ -112,15 +112,14 @@ class DraGpus:
         return min((d.memory_mib for d in self.devices), default=None)
 
     def evidence(self, attribute: str) -> str:
-        """``ResourceSlice gpu.nvidia.com pool 'n0': cudaComputeCapability='10.0.0' on 4 device(s)
-        (DRA)``: the published values a fact rests on, as messages quote them."""
-        pools = ", ".join(repr(p) for p in self.pools)
-        where = f"ResourceSlice {names.DRA_GPU_DRIVER} pool {pools}"
+        """``gpu.nvidia.com ResourceSlice cudaComputeCapability='10.0.0' (DRA)``: the published
+        values a fact rests on, as messages quote them. No pool or node name, so nodes that
+        publish the same values group into one line of a message."""
+        where = f"{names.DRA_GPU_DRIVER} ResourceSlice"
         if not self.devices:
             return f"{where}: no well-formed GPU device (DRA)"
         values = sorted({_attribute_text(d, attribute) for d in self.devices})
-        shown = " / ".join(repr(v) for v in values)
-        return f"{where}: {attribute}={shown} on {self.count} device(s) (DRA)"
+        return f"{where} {attribute}=" + " / ".join(repr(v) for v in values) + " (DRA)"
 
 
 @dataclass(frozen=True, slots=True)
