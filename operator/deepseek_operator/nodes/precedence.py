@@ -223,6 +223,19 @@ class Fact(Generic[FactT, WantedT]):
             terms.append([label_absent(s.key) for s in self.sources])
         return terms
 
+    def dra_terms(self, wanted: WantedT) -> list[Term]:
+        """:meth:`terms` for pods that claim GPUs through DRA: the label sources that outrank
+        DRA keep their terms; where none of them is present DRA decides, through the claim's
+        CEL selectors, so that term admits the node."""
+        if self.dra is None:
+            return self.terms(wanted)
+        higher = self.sources[: self.dra_rank]
+        terms = [
+            [*(label_absent(s.key) for s in higher[:rank]), source.selector(wanted)]
+            for rank, source in enumerate(higher)
+        ]
+        return [*terms, [label_absent(s.key) for s in higher]]
+
 
 def _gfd_compute(labels: Mapping[str, str]) -> ComputeFact | None:
     # Only the exact text the affinity's ``In`` lists: "010" is 10 to int() but to no selector.
