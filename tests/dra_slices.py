@@ -147,3 +147,26 @@ def dra_only_pool(
         if gpu is not None:
             slices.append(gpu)
     return twins, slices
+
+
+def gpu_device_class() -> dict[str, Any]:
+    """The driver's ``gpu.nvidia.com`` DeviceClass: whole GPUs of its driver (as its chart has it)."""
+    attrs = f"device.attributes['{DRIVER}']"
+    return {
+        "apiVersion": names.DRA_API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": DRIVER},
+        "spec": {
+            "selectors": [
+                {"cel": {"expression": f"device.driver == '{DRIVER}' && {attrs}.type == 'gpu'"}}
+            ]
+        },
+    }
+
+
+def owned_by(slice_: dict[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
+    """``slice_`` owned by the Node as the API returned it (the plugin's slices go with it)."""
+    meta = node["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}
+    slice_["metadata"]["ownerReferences"] = [owner]
+    return slice_
