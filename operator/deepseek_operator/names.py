@@ -82,6 +82,7 @@ COMPUTE_DOMAIN_CLAIM = "imex-channel"
 """Pod resource-claim name of the IMEX channel from the replica's ComputeDomain."""
 DRA_API_VERSION = "resource.k8s.io/v1"
 RESOURCE_SLICE_KIND = "ResourceSlice"
+RESOURCE_CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 """NVIDIA's DRA driver for whole GPUs: the ResourceSlice driver and the DeviceClass name."""
 

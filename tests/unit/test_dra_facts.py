@@ -371,3 +371,43 @@ def test_the_nodes_file_refuses_what_it_cannot_read(
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(InputError, match=re.escape(error)):
         load_cluster_file(str(path))
+
+
+# --- the operator's node index: slices kept beside the Nodes, merged per inventory ---------------
+
+
+def test_the_node_tracker_merges_slices_into_their_nodes_facts() -> None:
+    from deepseek_operator.controller.node_tracker import NodeTracker, slice_of
+    from deepseek_operator.controller.node_watch import facts_of
+
+    tracker = NodeTracker()
+    tracker.replace_all({"t0": facts_of(bare_node("t0")), "t1": facts_of(bare_node("t1"))})
+    assert tracker.inventory().nodes[0].gpus("nvidia.com/gpu") == 0
+    reduced = slice_of(gpu_slice("t0"))
+    assert reduced is not None and slice_of(gpu_slice("t0") | {"spec": {"driver": "x"}}) is None
+    changes = tracker.observe_slice("t0-slice", reduced)
+    assert [c.after.name for c in changes if c.after] == ["t0"]
+    assert tracker.observe_slice("t0-slice", reduced) == []  # the same slice again: no change
+    t0, t1 = tracker.inventory().nodes
+    assert (t0.gpus("nvidia.com/gpu"), t0.cc_source, t1.dra) == (4, SOURCE_DRA, None)
+    # A node event keeps its slice: the merge happens per inventory, not per event.
+    tracker.observe("t0", facts_of(bare_node("t0", {"team": "a"})))
+    assert tracker.inventory().nodes[0].gpus("nvidia.com/gpu") == 4
+    # A slice for a node the tracker does not know is reported in the inventory.
+    tracker.observe_slice("t9-slice", slice_of(gpu_slice("t9")))
+    assert [name for name, _ in tracker.inventory().slice_problems] == ["t9-gpu.nvidia.com-1"]
+    changes = tracker.replace_slices({})
+    assert [c.after.name for c in changes if c.after] == ["t0"]
+    assert tracker.inventory().nodes[0].dra is None
+
+
+def test_a_deleted_slice_is_a_change_of_its_node() -> None:
+    from deepseek_operator.controller.node_tracker import NodeTracker, slice_of
+    from deepseek_operator.controller.node_watch import facts_of
+
+    tracker = NodeTracker()
+    tracker.replace_all({"t0": facts_of(bare_node("t0", {"pool": "p"}))})
+    tracker.observe_slice("s", slice_of(gpu_slice("t0")))
+    (change,) = tracker.observe_slice("s", None)
+    assert change.may_affect({"pool": "p"}) and not change.may_affect({"pool": "q"})
+    assert tracker.observe_slice("s", None) == []

@@ -71,7 +71,8 @@ class OperatorState:
         self.peering = PeeringGate(priority if peering else None)
         # One kept connection per writer thread plus one per open watch.
         scopes = max(1, len(self.namespaces))
-        watches = 1 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
+        # Nodes and ResourceSlices are watched cluster-wide, the rest per scope.
+        watches = 2 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
         self.kube = KubeClient(extra_connections=watches)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
@@ -152,6 +153,12 @@ class OperatorState:
             return self.nodes_seen, lambda t, key, facts: self.node_seen(
                 key, None if t == "DELETED" else facts
             )
+        if spec.asks is Asks.SLICES:  # gpu.nvidia.com ResourceSlices: the GPUs of DRA nodes
+            return lambda listed: self.slices_changed(self.nodes.replace_slices(listed)), (
+                lambda t, key, item: self.slices_changed(
+                    self.nodes.observe_slice(key, None if t == "DELETED" else item)
+                )
+            )
         if spec.asks is Asks.OWNER_STATUS:  # pods
             return (
                 lambda snapshot: self.pods_listed(
@@ -222,6 +229,11 @@ class OperatorState:
         metrics.NODES.set(len(self.nodes))
         if self.nodes_listed.is_set():
             self.nodes_changed([change])
+
+    def slices_changed(self, changes: list[NodeChange]) -> None:
+        """ResourceSlice changes, as changes of the nodes they name (once Nodes are listed)."""
+        if self.nodes_listed.is_set():
+            self.nodes_changed(changes)
 
     def nodes_changed(self, changes: list[NodeChange]) -> None:
         """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""

@@ -10,6 +10,7 @@ DRA-only node they are also the GPU count, since its ``status.allocatable`` has 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -223,7 +224,24 @@ def node_facts(node: Mapping[str, Any], dra: DraGpus | None = None) -> NodeFacts
     taints = parse_taints(spec.get("taints") or [])
     conditions = status.get("conditions") or []
     ready = all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
+    clique, clique_source = read_clique(labels)
+    return NodeFacts(
+        name=str(meta.get("name", "")),
+        labels=labels,
+        allocatable=allocatable,
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ready=ready,
+        taints=taints,
+        clique=clique,
+        clique_source=clique_source,
+        fabric_state=labels.get(names.AGENT_MNNVL_STATE),
+        label_problems=label_problems(labels),
+        **_gpu_facts(labels, dra),
+    )
 
+
+def _gpu_facts(labels: Mapping[str, str], dra: DraGpus | None) -> dict[str, Any]:
+    """The NodeFacts fields the precedence table decides from ``labels`` and ``dra``."""
     dra_product = dra.product if dra is not None else None
     product = labels.get(names.AGENT_PRODUCT) or dra_product or labels.get(names.GFD_PRODUCT)
     compute, cc_source = COMPUTE.read(labels, dra)
@@ -238,32 +256,27 @@ def node_facts(node: Mapping[str, Any], dra: DraGpus | None = None) -> NodeFacts
         # Display only (the decision rests on ``family``), and never over a garbled CC label.
         cc = known.cc
     nvlink, nvlink_source = NVLINK.read(labels, dra)
-    domain = parse_int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, ""))
     memory, memory_source = MEMORY_MIB.read(labels, dra)
-    clique, clique_source = read_clique(labels)
+    return {
+        "product": product,
+        "cc": cc,
+        "cc_source": cc_source,
+        "family": family,
+        "nvlink_fully_connected": nvlink,
+        "nvlink_source": nvlink_source,
+        "nvlink_domain_size": parse_int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, "")),
+        "gpu_memory_mib": memory,
+        "memory_source": memory_source,
+        "dra": dra,
+    }
 
-    return NodeFacts(
-        name=str(meta.get("name", "")),
-        labels=labels,
-        allocatable=allocatable,
-        unschedulable=bool(spec.get("unschedulable", False)),
-        ready=ready,
-        taints=taints,
-        product=product,
-        cc=cc,
-        cc_source=cc_source,
-        family=family,
-        nvlink_fully_connected=nvlink,
-        nvlink_source=nvlink_source,
-        nvlink_domain_size=domain,
-        gpu_memory_mib=memory,
-        memory_source=memory_source,
-        clique=clique,
-        clique_source=clique_source,
-        fabric_state=labels.get(names.AGENT_MNNVL_STATE),
-        label_problems=label_problems(labels),
-        dra=dra,
-    )
+
+def with_dra(facts: NodeFacts, dra: DraGpus | None) -> NodeFacts:
+    """``facts`` (read from a Node alone) merged with what its ResourceSlices say: the operator
+    keeps Nodes and slices apart, as they change apart, and merges them per inventory."""
+    if dra is None and facts.dra is None:
+        return facts
+    return dataclasses.replace(facts, **_gpu_facts(facts.labels, dra))
 
 
 def build_inventory(

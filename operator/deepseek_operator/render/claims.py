@@ -22,7 +22,6 @@ from deepseek_operator.nodes.dra import ATTR_CC, ATTR_PRODUCT, CAPACITY_MEMORY
 
 CLAIM_NAME = "gpus"
 """The pod's resource-claim name (and the template's request name) for its GPUs."""
-RESOURCE_CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
 
 _ATTRS = f"device.attributes[{json.dumps(DRA_GPU_DRIVER)}]"
 _CAPACITY = f"device.capacity[{json.dumps(DRA_GPU_DRIVER)}]"

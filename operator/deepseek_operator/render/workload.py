@@ -35,16 +35,13 @@ from deepseek_operator.names import (
     LWS_KIND,
     MANAGED_BY,
     PROJECT,
+    RESOURCE_CLAIM_TEMPLATE_KIND,
     SERVICE_SUFFIX,
     SERVING_APP_NAME,
 )
 from deepseek_operator.render.affinity import group_affinity, node_affinity
 from deepseek_operator.render.argv import PodRole, vllm_args
-from deepseek_operator.render.claims import (
-    CLAIM_NAME,
-    RESOURCE_CLAIM_TEMPLATE_KIND,
-    claim_template_spec,
-)
+from deepseek_operator.render.claims import CLAIM_NAME, claim_template_spec
 
 # Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
 STARTUP_PROBE_PERIOD_S = 15
