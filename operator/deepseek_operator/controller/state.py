@@ -69,9 +69,8 @@ class OperatorState:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
         self.peering = PeeringGate(priority if peering else None)
-        # One kept connection per writer thread plus one per open watch.
+        # One kept connection per writer thread plus one per open watch (Nodes, ResourceSlices).
         scopes = max(1, len(self.namespaces))
-        # Nodes and ResourceSlices are watched cluster-wide, the rest per scope.
         watches = 2 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
         self.kube = KubeClient(extra_connections=watches)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
@@ -138,7 +137,7 @@ class OperatorState:
                     name=name,
                 )
                 self.watches.append(watch)
-                if spec.child or spec.kind == "StatefulSet":
+                if spec.child or spec.kind in ("StatefulSet", "ResourceSlice"):
                     self._unlisted.add(name)  # every reconcile waits for their listing
                 if spec.crd is not None:
                     self.crd_watches.append((spec.crd, watch))
@@ -154,11 +153,7 @@ class OperatorState:
                 key, None if t == "DELETED" else facts
             )
         if spec.asks is Asks.SLICES:  # gpu.nvidia.com ResourceSlices: the GPUs of DRA nodes
-            return lambda listed: self.slices_changed(self.nodes.replace_slices(listed)), (
-                lambda t, key, item: self.slices_changed(
-                    self.nodes.observe_slice(key, None if t == "DELETED" else item)
-                )
-            )
+            return functools.partial(self.slices_seen, name), self.slice_seen
         if spec.asks is Asks.OWNER_STATUS:  # pods
             return (
                 lambda snapshot: self.pods_listed(
@@ -230,10 +225,15 @@ class OperatorState:
         if self.nodes_listed.is_set():
             self.nodes_changed([change])
 
-    def slices_changed(self, changes: list[NodeChange]) -> None:
-        """ResourceSlice changes, as changes of the nodes they name (once Nodes are listed)."""
-        if self.nodes_listed.is_set():
-            self.nodes_changed(changes)
+    def slices_seen(self, watch: str, listed: dict[str, Any]) -> None:
+        """A full ResourceSlice listing; reconciles wait for the first (no GPUs without it)."""
+        changes = self.nodes.replace_slices(listed)
+        self._listed(watch, set())
+        self.nodes_changed(changes if self.nodes_listed.is_set() else [])
+
+    def slice_seen(self, type_: str, name: str, item: dict[str, Any] | None) -> None:
+        """One ResourceSlice event (``item`` None: another driver's slice)."""
+        self.nodes_changed(self.nodes.observe_slice(name, None if type_ == "DELETED" else item))
 
     def nodes_changed(self, changes: list[NodeChange]) -> None:
         """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""
