@@ -5,11 +5,16 @@ scheduler perf tests do): the DynamicResources plugin reads slices, DeviceClasse
 the API only, so no kubelet or driver is involved. This proves the CEL selectors the operator
 writes are valid for the pinned v1.36 scheduler and mean what the decision meant: a MegaMoE pod
 gets four SM100 devices of one tray, never the free H200 devices, and a second pod whose tray is
-taken by the first one's claim stays Pending.
+taken by the first one's claim stays Pending. ``render --from-cluster`` reads the same slices.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -87,3 +92,32 @@ def test_the_scheduler_gives_a_megamoe_claim_only_sm100_devices(
     # Eight free H200 devices do not satisfy the MegaMoE claim: the second pod waits.
     scheduled = next(c for c in pending["status"]["conditions"] if c["type"] == "PodScheduled")
     assert scheduled["reason"] == "Unschedulable", scheduled
+
+
+def test_render_from_cluster_reads_the_gpu_slices(
+    control_plane: ControlPlane, namespace: str, node_factory: Callable[..., list[Any]]
+) -> None:
+    twin, gpus = dra_only(
+        make_gpu_node(
+            f"{namespace}-gb200",
+            agent_labels=HEALTHY_GB200_AGENT_LABELS,
+            extra_labels={"pool": namespace},
+            ready=True,
+        )
+    )
+    (node,) = node_factory(twin, wait_ready=False)
+    assert gpus is not None
+    control_plane.apply(owned_by(gpus, node))
+    body = yaml.safe_load((ROOT / "examples/dsv41-flash-gb200.yaml").read_text())
+    body["spec"]["nodeSelector"] = {"pool": namespace}
+    path = pathlib.Path(control_plane.work_dir) / f"{namespace}-dra.yaml"
+    path.write_text(yaml.safe_dump(body))
+    out = subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path), "--from-cluster", "-o", "json"],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    assert printed["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
+    assert printed["status"]["resolved"]["eligibleNodes"] == 1
+    assert printed["objects"][0]["kind"] == "ResourceClaimTemplate"
