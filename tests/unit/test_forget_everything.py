@@ -75,18 +75,6 @@ def _body(i: int, rv: str = "1") -> dict[str, Any]:
     return body
 
 
-def _per_object_state(state: OperatorState) -> dict[str, int]:
-    """Every per-object entry the operator holds (what must be zero once all is deleted)."""
-    return {
-        "records": len(state.records),
-        "pending": len(state.queue),
-        "children": len(state.stores.children),
-        "child_owners": len(state.stores._owner_of),
-        "statefulsets": len(state.stores.statefulsets),
-        "pods": len(state.pods),
-    }
-
-
 def test_a_thousand_servings_created_and_deleted_leave_nothing_behind() -> None:
     async def scenario() -> tuple[dict[str, int], dict[str, int], int]:
         state = OperatorState()
@@ -126,7 +114,7 @@ def test_a_thousand_servings_created_and_deleted_leave_nothing_behind() -> None:
         state.nodes_changed(
             [type("Change", (), {"may_affect": staticmethod(lambda selector: True)})()]
         )
-        busy = _per_object_state(state)
+        busy = state.remembered()
         for i in range(COUNT):
             state.serving_seen("DELETED", bodies[i])
             for key in [k for k in kube.children if k[0] == f"ns{i % 7}"]:
@@ -135,10 +123,10 @@ def test_a_thousand_servings_created_and_deleted_leave_nothing_behind() -> None:
             await deliver()
         await asyncio.sleep(1.5)  # any reconcile still asleep would have run by now
         await deliver()
-        return busy, _per_object_state(state), state.records.tombstones()
+        return busy, state.remembered(), state.records.tombstones()
 
     busy, left, tombstones = asyncio.run(scenario())
-    assert busy["records"] == COUNT and busy["children"] == COUNT and busy["pending"] == COUNT
+    assert busy["records"] == COUNT and busy["child_owners"] == COUNT and busy["pending"] == COUNT
     assert left == dict.fromkeys(left, 0), left
     # Only the bounded list of deleted uids remains (so a late event never revives one).
     assert tombstones == COUNT

@@ -215,3 +215,22 @@ def test_a_failing_call_raises_in_its_caller_and_the_thread_goes_on() -> None:
         return result
 
     assert asyncio.run(scenario()) == "next"
+
+
+def test_parsed_specs_are_remembered_for_the_objects_reconciled_last_and_forgotten_with_them() -> (
+    None
+):
+    from deepseek_operator.controller.records import PARSED_MEMORY, Records
+
+    records = Records()
+    parsed: Any = object()  # what is remembered is opaque to the records
+    for i in range(PARSED_MEMORY + 10):
+        records.remember_parsed(("llm", f"d{i}"), f"u{i}", 1, parsed)
+    assert records.parsed_count() == PARSED_MEMORY
+    assert records.parsed(("llm", "d0"), "u0", 1) is None  # the least recently used went
+    last = ("llm", f"d{PARSED_MEMORY + 9}")
+    assert records.parsed(last, f"u{PARSED_MEMORY + 9}", 1) is parsed
+    assert records.parsed(last, f"u{PARSED_MEMORY + 9}", 2) is None  # a new generation
+    records.forget(last)
+    assert records.parsed(last, f"u{PARSED_MEMORY + 9}", 1) is None
+    assert records.parsed_count() == PARSED_MEMORY - 1

@@ -31,6 +31,7 @@ from deepseek_operator.actions.children import (
     describe_owner,
     drifted,
     foreign_message,
+    pack_body,
     split_children,
 )
 from deepseek_operator.engine.resolution import Resolution
@@ -336,6 +337,7 @@ __all__ = [
     "foreign_message",
     "invalid_spec_actions",
     "next_failures",
+    "pack_body",
     "split_children",
     "write_actions",
 ]

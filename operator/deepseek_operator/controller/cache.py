@@ -7,11 +7,10 @@ here decide what a watch keeps of each object; nothing else of an object is held
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from deepseek_operator.actions import PACKED_BODY
+from deepseek_operator.actions import PACKED_BODY, pack_body
 from deepseek_operator.controller.records import ServingKey
 from deepseek_operator.names import (
     KOPF_ANNOTATION_PREFIX,
@@ -37,6 +36,10 @@ class Stores:
         self.statefulsets: dict[ServingKey, dict[str, dict[str, Any]]] = {}
         # (kind, namespace/name) → its owner, to move or drop an entry whatever its labels say now
         self._owner_of: dict[tuple[str, str], ServingKey] = {}
+
+    def child_count(self) -> int:
+        """How many children are kept (of every owner)."""
+        return len(self._owner_of)
 
     def lws_statefulsets(self, key: ServingKey) -> list[dict[str, Any]]:
         """The StatefulSets of the LeaderWorkerSet named like ``key`` (read, never written)."""
@@ -166,7 +169,7 @@ _CHILD_META = ("name", "namespace", "uid", "resourceVersion", "generation", "lab
 def reduced_child(body: Mapping[str, Any]) -> dict[str, Any]:
     """A child as the stores keep it: what the reconciler reads as parsed fields (identity,
     owner, labels, the spec fields the status reads: replicas and the LeaderWorkerSet group
-    size, the status), and the rest of the body (never managedFields) as compact JSON bytes,
+    size, the status), and the rest of the body (never managedFields) as compressed JSON bytes,
     read only to judge whether it still holds what we apply (:func:`~.actions.drifted`)."""
     meta = body.get("metadata") or {}
     kept_meta = {k: meta[k] for k in _CHILD_META if k in meta}
@@ -185,7 +188,7 @@ def reduced_child(body: Mapping[str, Any]) -> dict[str, Any]:
         "kind": body.get("kind"),
         "metadata": kept_meta,
         "spec": kept_spec,
-        PACKED_BODY: json.dumps(rest, separators=(",", ":"), ensure_ascii=False).encode(),
+        PACKED_BODY: pack_body(rest),
     }
     if "status" in body:
         out["status"] = body["status"]

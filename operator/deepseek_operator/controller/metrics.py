@@ -29,3 +29,9 @@ API_REQUESTS = Counter(
     "Kubernetes API requests issued by the reconciler (kopf's own watch and bookkeeping excluded)",
     ["verb"],
 )
+REMEMBERED = Gauge(
+    "deepseek_operator_remembered_entries",
+    "Per-object entries the operator holds, by place (all 0 once every DeepSeekServing and its"
+    " children are gone)",
+    ["place"],
+)

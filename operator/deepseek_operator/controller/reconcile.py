@@ -229,7 +229,7 @@ class Reconciler:
         groups: Mapping[int, GroupPods] | None = None,
         status_only: bool = False,
     ) -> Outcome:
-        obj = _parse(rec, body)
+        obj = _parse(self.records, body)
         ours, strangers = split_children(live, obj.uid)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
@@ -376,14 +376,16 @@ class Reconciler:
                 log.exception("Posting an event failed")
 
 
-def _parse(rec: ServingRecord, body: Mapping[str, Any]) -> ServingObject:
+def _parse(records: Records, body: Mapping[str, Any]) -> ServingObject:
     """``parse_serving(body)``, remembered for the object's uid and generation (parsing: schema,
     CEL rules, pydantic, is half a reconcile's CPU; the spec cannot change without a new
     generation)."""
     meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
-    if rec.parsed is not None and rec.parsed[:2] == (uid, generation):
-        return rec.parsed[2]
+    known = records.parsed(key, uid, generation)
+    if known is not None:
+        return known
     obj = parse_serving(dict(body))
-    rec.parsed = (uid, generation, obj)
+    records.remember_parsed(key, uid, generation, obj)
     return obj

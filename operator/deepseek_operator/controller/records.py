@@ -2,9 +2,10 @@
 
 The latest body (from kopf's events), the (uid, generation) last reconciled for a spec, the
 reconcile lock, the read-your-writes caches (the status we last wrote, apply responses the watch
-has not delivered yet, applies on their way), the parsed spec and the back-off count all live on
-one :class:`ServingRecord`, so forgetting a deleted object is one ``pop`` and a test can count
-what is left. (What the *cluster* holds, children and pods, is mirrored by the watches' stores
+has not delivered yet, applies on their way) and the back-off count live on one
+:class:`ServingRecord`; the parsed specs of the objects reconciled last beside them
+(:class:`Records`, bounded). Forgetting a deleted object drops both, and a test can count what
+is left. (What the *cluster* holds, children and pods, is mirrored by the watches' stores
 and leaves with the objects themselves; a pending reconcile lives in the queue until it runs.)
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +25,10 @@ from deepseek_operator.plan import ChildKey
 ServingKey = tuple[str, str]  # (namespace, name)
 # uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
 GONE_MEMORY = 10_000
+# Parsed specs kept for the objects reconciled most recently: a burst's re-reconciles (child
+# and pod events soon after a create) find theirs, while 1,000 idle objects do not each keep a
+# parsed spec (about 12 KB of pydantic objects) that only their next generation would use.
+PARSED_MEMORY = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +79,6 @@ class ServingRecord:
     # (kind, name) -> the newest resourceVersion the child watch delivered while our apply of
     # that child was on its way (0: none yet).
     in_flight: dict[ChildKey, int] = field(default_factory=dict)
-    # (uid, generation, the parsed object): the spec cannot change without a new generation.
-    parsed: tuple[str, int, ServingObject] | None = None
     failures: int = 0  # consecutive blocked reconciles (the back-off's step)
 
     def freshest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -147,6 +151,9 @@ class Records:
 
     def __init__(self) -> None:
         self._by_key: dict[ServingKey, ServingRecord] = {}
+        # key -> (uid, generation, the parsed object), most recently used last (bounded): the
+        # spec cannot change without a new generation.
+        self._parsed: OrderedDict[ServingKey, tuple[str, int, ServingObject]] = OrderedDict()
         # The uids of deleted objects, oldest first: the one thing kept after a delete (bounded),
         # so a late event of a deleted object never brings it back.
         self._gone: dict[str, None] = {}
@@ -168,6 +175,13 @@ class Records:
         """How many deleted uids are remembered."""
         return len(self._gone)
 
+    def live_uid(self, key: ServingKey) -> str | None:
+        """The uid of ``key``'s latest body, unless none is kept or it was seen deleted."""
+        rec = self._by_key.get(key)
+        if rec is None or rec.body is None or self.is_gone(rec.body.uid):
+            return None
+        return rec.body.uid
+
     def get(self, key: ServingKey) -> ServingRecord | None:
         """The record of ``key`` (None: nothing remembered)."""
         return self._by_key.get(key)
@@ -182,10 +196,34 @@ class Records:
     def forget(self, key: ServingKey) -> None:
         """Drop all the operator remembers about ``key``."""
         self._by_key.pop(key, None)
+        self._parsed.pop(key, None)
 
     def replace(self, key: ServingKey, rec: ServingRecord) -> None:
-        """Put ``rec`` in place of ``key``'s record."""
+        """Put ``rec`` in place of ``key``'s record (and forget the old object's parsed spec)."""
         self._by_key[key] = rec
+        self._parsed.pop(key, None)
+
+    def parsed(self, key: ServingKey, uid: str, generation: int) -> ServingObject | None:
+        """The parsed spec of ``key`` at (``uid``, ``generation``), if still remembered."""
+        entry = self._parsed.get(key)
+        if entry is None or entry[:2] != (uid, generation):
+            return None
+        self._parsed.move_to_end(key)
+        return entry[2]
+
+    def remember_parsed(
+        self, key: ServingKey, uid: str, generation: int, obj: ServingObject
+    ) -> None:
+        """Remember ``obj`` as ``key``'s parsed spec (the least recently used one goes beyond
+        :data:`PARSED_MEMORY`)."""
+        self._parsed[key] = (uid, generation, obj)
+        self._parsed.move_to_end(key)
+        while len(self._parsed) > PARSED_MEMORY:
+            self._parsed.popitem(last=False)
+
+    def parsed_count(self) -> int:
+        """How many parsed specs are remembered."""
+        return len(self._parsed)
 
     def serving_observed(self, key: ServingKey, body: Mapping[str, Any]) -> None:
         """The watch delivered ``body``: once it holds the status we last wrote, our copy of

@@ -101,6 +101,26 @@ class OperatorState:
         # Resumes (every object, at each start) run a few at a time: a restart with 1,000
         # DeepSeekServings must not hold back an object created meanwhile.
         self.resumes = asyncio.Semaphore(RESUME_CONCURRENCY)
+        for place in self.remembered():
+            metrics.REMEMBERED.labels(place).set_function(
+                functools.partial(lambda place: self.remembered()[place], place)
+            )
+
+    def remembered(self) -> dict[str, int]:
+        """Entries held now in every place the operator keeps something per object (the
+        ``deepseek_operator_remembered_entries`` gauge; the bounded deleted-uid list aside)."""
+        records = self.records.items()
+        return {
+            "records": len(records),
+            "pending": len(self.queue),
+            "child_owners": len(self.stores.children),
+            "children": self.stores.child_count(),
+            "statefulsets": len(self.stores.statefulsets),
+            "pods": len(self.pods),
+            "apply_responses": sum(len(rec.applied) for _key, rec in records),
+            "applies_in_flight": sum(len(rec.in_flight) for _key, rec in records),
+            "parsed_specs": self.records.parsed_count(),
+        }
 
     def __copy__(self) -> OperatorState:
         return self
@@ -109,13 +129,6 @@ class OperatorState:
         """The latest body of a DeepSeekServing (None once deleted)."""
         rec = self.records.get(key)
         return rec.body.unpacked() if rec is not None and rec.body is not None else None
-
-    def _live_uid(self, key: ServingKey) -> str | None:
-        """The uid of ``key``'s latest body, unless none is kept or it was seen deleted."""
-        rec = self.records.get(key)
-        if rec is None or rec.body is None or self.records.is_gone(rec.body.uid):
-            return None
-        return rec.body.uid
 
     def start_watches(self) -> None:
         """Start listing and watching what :data:`LIST_WATCHES` declares (from the loop)."""
@@ -204,7 +217,7 @@ class OperatorState:
     def pods_changed(self, owners: set[ServingKey]) -> None:
         """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
         for owner in owners:
-            if self._live_uid(owner) is not None:
+            if self.records.live_uid(owner) is not None:
                 self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)
 
     def nodes_seen(self, listed: dict[str, NodeFacts]) -> None:
@@ -289,7 +302,7 @@ class OperatorState:
 
     def _owner_changed(self, key: ServingKey) -> None:
         # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
-        if self._live_uid(key) is not None:
+        if self.records.live_uid(key) is not None:
             self.schedule(key, delay=CHILD_DEBOUNCE_S, trigger="child")
 
     def serving_seen(self, type_: str | None, body: Mapping[str, Any]) -> str | None:
