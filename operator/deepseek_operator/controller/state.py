@@ -26,7 +26,8 @@ from deepseek_operator.controller.cache import Stores, kept
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.controller.list_watch import ListWatch
-from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
+from deepseek_operator.controller.node_events import NodeEvents
+from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_key
 from deepseek_operator.controller.queue import ReconcileQueue
@@ -35,7 +36,6 @@ from deepseek_operator.controller.records import KeptBody, Records, ServingKey
 from deepseek_operator.controller.watches import (
     CHILD_KINDS,
     LIST_WATCHES,
-    NODE_DEBOUNCE_S,
     POD_DEBOUNCE_S,
     Asks,
     Watch,
@@ -52,7 +52,7 @@ def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) 
     kopf.event(dict(body), type=etype, reason=reason, message=message)  # type: ignore[arg-type]
 
 
-class OperatorState:
+class OperatorState(NodeEvents):
     """The operator process's state: API client, reconciler, stores, watches, pending reconciles.
 
     It is kopf's ``memo``: kopf shallow-copies the memo for every object it handles, so
@@ -228,35 +228,6 @@ class OperatorState:
         if self.nodes_listed.is_set():
             self.nodes_changed(changes)
         self.nodes_listed.set()
-
-    def node_seen(self, name: str, facts: NodeFacts | None) -> None:
-        """One Node event (``facts`` None: deleted)."""
-        change = self.nodes.observe(name, facts)
-        if change is None:
-            return  # a heartbeat or another change the decision does not read
-        metrics.NODES.set(len(self.nodes))
-        if self.nodes_listed.is_set():
-            self.nodes_changed([change])
-
-    def slices_seen(self, watch: str, listed: dict[str, Any]) -> None:
-        """A full ResourceSlice listing; reconciles wait for the first (no GPUs without it)."""
-        changes = self.nodes.replace_slices(listed)
-        self._listed(watch, set())
-        self.nodes_changed(changes if self.nodes_listed.is_set() else [])
-
-    def slice_seen(self, type_: str, name: str, item: dict[str, Any] | None) -> None:
-        """One ResourceSlice event (``item`` None: another driver's slice)."""
-        self.nodes_changed(self.nodes.observe_slice(name, None if type_ == "DELETED" else item))
-
-    def nodes_changed(self, changes: list[NodeChange]) -> None:
-        """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""
-        if not changes:
-            return
-        for key, serving in self.records.bodies():
-            if self.records.is_gone(serving.uid):
-                continue
-            if any(change.may_affect(serving.node_selector) for change in changes):
-                self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
     def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
         """A full listing of one child kind (at start, or after its watch expired)."""
