@@ -80,6 +80,11 @@ COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
 COMPUTE_DOMAIN_KIND = "ComputeDomain"
 COMPUTE_DOMAIN_CLAIM = "imex-channel"
 """Pod resource-claim name of the IMEX channel from the replica's ComputeDomain."""
+DRA_API_VERSION = "resource.k8s.io/v1"
+RESOURCE_SLICE_KIND = "ResourceSlice"
+RESOURCE_CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
+DRA_GPU_DRIVER = "gpu.nvidia.com"
+"""NVIDIA's DRA driver for whole GPUs: the ResourceSlice driver and the DeviceClass name."""
 
 # --- node labels: GPU Feature Discovery (NVIDIA k8s-device-plugin) ---------------------------
 

@@ -189,7 +189,12 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
     roles = by_kind(docs, "Role")
     cluster_resources = {r for rule in role["rules"] for r in rule["resources"]}
     if watch:
-        assert cluster_resources == {"nodes", "customresourcedefinitions", "namespaces"}
+        assert cluster_resources == {
+            "nodes",
+            "resourceslices",
+            "customresourcedefinitions",
+            "namespaces",
+        }
         assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
         assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watch)
         bindings = by_kind(docs, "RoleBinding")
@@ -209,7 +214,7 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
         assert "secrets" not in rule["resources"]
         if "pods" in rule["resources"]:  # status.groups: read our LWS pods, never write one
             assert rule["resources"] == ["pods"] and set(rule["verbs"]) == {"list", "watch"}
-        if "nodes" in rule["resources"]:
+        if "nodes" in rule["resources"] or "resourceslices" in rule["resources"]:
             assert set(rule["verbs"]) == {"get", "list", "watch"}
 
     # The serving admission policy: the requesting user's own rights, on by default.

@@ -59,6 +59,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get", "list", "watch"]
+# GPU facts of nodes NVIDIA's DRA driver serves (gpu.nvidia.com ResourceSlices): read only.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceslices"]
+  verbs: ["get", "list", "watch"]
 # kopf scans CRDs to resolve the resources it serves.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
@@ -89,6 +93,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: ["computedomains"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end }}
+# DRA clusters: one ResourceClaimTemplate per DeepSeekServing the pods claim their GPUs from.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaimtemplates"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The StatefulSets LeaderWorkerSet makes (read only): a refused pod shows only there.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]

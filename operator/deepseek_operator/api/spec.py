@@ -267,6 +267,9 @@ class DeepSeekServingSpec(ApiModel):
     )
     """Extended resource name of one GPU (a domain-qualified name such as nvidia.com/gpu, never a native resource such as cpu)."""
 
+    gpu_allocation: Literal["auto", "devicePlugin", "dra"] = "auto"
+    """How pods get their GPUs: devicePlugin (a gpuResourceName limit), dra (a ResourceClaimTemplate from the gpu.nvidia.com DeviceClass, CEL selectors encoding the decision), or auto (dra when every eligible node publishes its GPUs only in gpu.nvidia.com ResourceSlices)."""
+
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec)
     """Model-cache volume."""
 

@@ -5,6 +5,9 @@ A Node event yields a :class:`NodeChange` only when something the decision reads
 taints, readiness, allocatable GPUs; never a heartbeat). Every event costs O(1): one dict lookup
 and one comparison; the sorted inventory is rebuilt lazily, at most once per batch of changes,
 when a reconcile asks for it (``inventory_builds`` counts them, for the regression test).
+
+``gpu.nvidia.com`` ResourceSlices are kept beside the Nodes, as they change apart from them, and
+merged into the facts of their node when the inventory is built (``nodes/dra.py`` reads them).
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import dataclasses
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from deepseek_operator.names import GFD_TIMESTAMP
-from deepseek_operator.nodes.facts import NodeFacts, NodeInventory
+from deepseek_operator.names import DRA_GPU_DRIVER, GFD_TIMESTAMP
+from deepseek_operator.nodes.dra import read_slices
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, with_dra
 
 # Labels rewritten on every pass of their producer that carry no GPU fact.
 IGNORED_NODE_LABELS = (GFD_TIMESTAMP,)
@@ -33,6 +38,21 @@ def fingerprint(facts: NodeFacts) -> NodeFacts:
         if k not in IGNORED_NODE_LABELS
     }
     return dataclasses.replace(facts, labels=labels)
+
+
+def slice_of(item: dict[str, Any]) -> dict[str, Any] | None:
+    """What the operator keeps of a ResourceSlice: a ``gpu.nvidia.com`` slice's name and spec
+    (None for another driver's, which says nothing of GPUs)."""
+    spec = item.get("spec")
+    if not isinstance(spec, dict) or spec.get("driver") != DRA_GPU_DRIVER:
+        return None
+    return {"metadata": {"name": (item.get("metadata") or {}).get("name", "")}, "spec": spec}
+
+
+def _slice_node(item: Mapping[str, Any] | None) -> str | None:
+    spec = item.get("spec") if item else None
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    return node if isinstance(node, str) else None
 
 
 def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -59,6 +79,7 @@ class NodeTracker:
     def __init__(self) -> None:
         self._facts: dict[str, NodeFacts] = {}
         self._inventory: NodeInventory | None = None  # None: stale since the last change
+        self._slices: dict[str, dict[str, Any]] = {}  # gpu.nvidia.com ResourceSlices by name
         self.inventory_builds = 0
 
     def __len__(self) -> int:
@@ -93,10 +114,48 @@ class NodeTracker:
             self._inventory = None
         return changes
 
+    def observe_slice(self, name: str, item: dict[str, Any] | None) -> list[NodeChange]:
+        """Record a ResourceSlice (None once deleted, or not a GPU slice); a change of the node
+        it names (before or after), so the DeepSeekServings that may see that node re-decide."""
+        before = self._slices.get(name)
+        if item is None:
+            if before is None:
+                return []
+            del self._slices[name]
+        elif before == item:
+            return []
+        else:
+            self._slices[name] = item
+        self._inventory = None
+        return self._node_changes({_slice_node(before), _slice_node(item)})
+
+    def replace_slices(self, listed: Mapping[str, dict[str, Any] | None]) -> list[NodeChange]:
+        """Take a full ResourceSlice listing as the truth; the changes of the nodes it touches."""
+        kept = {name: item for name, item in listed.items() if item is not None}
+        if kept == self._slices:
+            return []
+        touched = {_slice_node(i) for i in (*self._slices.values(), *kept.values())}
+        self._slices = kept
+        self._inventory = None
+        return self._node_changes(touched)
+
+    def _node_changes(self, names: set[str | None]) -> list[NodeChange]:
+        # The label-only facts stand for the node: may_affect reads labels, which slices never
+        # change; the merged facts are the inventory's.
+        return [
+            NodeChange(f, f) for n in sorted(x for x in names if x) if (f := self._facts.get(n))
+        ]
+
     def inventory(self) -> NodeInventory:
-        """Every known Node's facts, sorted by name (rebuilt only after a change)."""
+        """Every known Node's facts, merged with their GPU ResourceSlices, sorted by name
+        (rebuilt only after a change)."""
         if self._inventory is None:
             self.inventory_builds += 1
             nodes = sorted(self._facts.values(), key=lambda n: n.name)
-            self._inventory = NodeInventory(tuple(nodes))
+            if not self._slices:
+                self._inventory = NodeInventory(tuple(nodes))
+            else:
+                dra = read_slices(self._slices.values(), (n.name for n in nodes))
+                merged = tuple(with_dra(n, dra.by_node.get(n.name)) for n in nodes)
+                self._inventory = NodeInventory(merged, dra.problems)
         return self._inventory

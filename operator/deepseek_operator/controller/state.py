@@ -26,7 +26,8 @@ from deepseek_operator.controller.cache import Stores, kept
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.controller.list_watch import ListWatch
-from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
+from deepseek_operator.controller.node_events import NodeEvents
+from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_key
 from deepseek_operator.controller.queue import ReconcileQueue
@@ -35,7 +36,6 @@ from deepseek_operator.controller.records import KeptBody, Records, ServingKey
 from deepseek_operator.controller.watches import (
     CHILD_KINDS,
     LIST_WATCHES,
-    NODE_DEBOUNCE_S,
     POD_DEBOUNCE_S,
     Asks,
     Watch,
@@ -52,7 +52,7 @@ def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) 
     kopf.event(dict(body), type=etype, reason=reason, message=message)  # type: ignore[arg-type]
 
 
-class OperatorState:
+class OperatorState(NodeEvents):
     """The operator process's state: API client, reconciler, stores, watches, pending reconciles.
 
     It is kopf's ``memo``: kopf shallow-copies the memo for every object it handles, so
@@ -69,9 +69,9 @@ class OperatorState:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
         self.peering = PeeringGate(priority if peering else None)
-        # One kept connection per writer thread plus one per open watch.
+        # One kept connection per writer thread plus one per open watch (Nodes, ResourceSlices).
         scopes = max(1, len(self.namespaces))
-        watches = 1 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
+        watches = 2 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
         self.kube = KubeClient(extra_connections=watches)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
@@ -150,7 +150,7 @@ class OperatorState:
                     name=name,
                 )
                 self.watches.append(watch)
-                if spec.child or spec.kind == "StatefulSet":
+                if spec.child or spec.kind in ("StatefulSet", "ResourceSlice"):
                     self._unlisted.add(name)  # every reconcile waits for their listing
                 if spec.crd is not None:
                     self.crd_watches.append((spec.crd, watch))
@@ -165,6 +165,8 @@ class OperatorState:
             return self.nodes_seen, lambda t, key, facts: self.node_seen(
                 key, None if t == "DELETED" else facts
             )
+        if spec.asks is Asks.SLICES:  # gpu.nvidia.com ResourceSlices: the GPUs of DRA nodes
+            return functools.partial(self.slices_seen, name), self.slice_seen
         if spec.asks is Asks.OWNER_STATUS:  # pods
             return (
                 lambda snapshot: self.pods_listed(
@@ -226,25 +228,6 @@ class OperatorState:
         if self.nodes_listed.is_set():
             self.nodes_changed(changes)
         self.nodes_listed.set()
-
-    def node_seen(self, name: str, facts: NodeFacts | None) -> None:
-        """One Node event (``facts`` None: deleted)."""
-        change = self.nodes.observe(name, facts)
-        if change is None:
-            return  # a heartbeat or another change the decision does not read
-        metrics.NODES.set(len(self.nodes))
-        if self.nodes_listed.is_set():
-            self.nodes_changed([change])
-
-    def nodes_changed(self, changes: list[NodeChange]) -> None:
-        """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""
-        if not changes:
-            return
-        for key, serving in self.records.bodies():
-            if self.records.is_gone(serving.uid):
-                continue
-            if any(change.may_affect(serving.node_selector) for change in changes):
-                self.schedule(key, delay=NODE_DEBOUNCE_S, trigger="nodes")
 
     def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
         """A full listing of one child kind (at start, or after its watch expired)."""

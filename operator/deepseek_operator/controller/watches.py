@@ -11,6 +11,9 @@ What an event asks for (:class:`Asks`):
 
 * ``MATCHING``: a Node change that alters GPU facts, labels, taints, readiness or allocatable
   GPUs re-evaluates only the DeepSeekServings whose ``nodeSelector`` matches it (debounced).
+* ``SLICES``: a ``gpu.nvidia.com`` ResourceSlice added, changed or deleted re-evaluates the
+  DeepSeekServings whose ``nodeSelector`` matches the node it names (debounced), as a Node
+  change does. Other drivers' slices are dropped in the watch thread.
 * ``OWNER``: a child event (readiness, hand edit, deletion) reconciles its owner; the echo of
   our own apply (the very version it returned) does not. A StatefulSet our LeaderWorkerSet made
   reconciles the DeepSeekServing of that name (its refused pods surface as ``PodsRefused``).
@@ -32,18 +35,21 @@ from typing import Any
 from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, LWS_CRD
 from deepseek_operator.controller.kube import group_version_prefix
+from deepseek_operator.controller.node_tracker import slice_of
 from deepseek_operator.controller.node_watch import facts_of
 from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_record
 from deepseek_operator.names import (
     API_VERSION,
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_KIND,
+    DRA_API_VERSION,
     LABEL_MANAGED_BY,
     LWS_API_VERSION,
     LWS_KIND,
     LWS_NAME_LABEL,
     MANAGED_BY,
     PLURAL,
+    RESOURCE_CLAIM_TEMPLATE_KIND,
 )
 
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -56,6 +62,7 @@ class Asks(enum.Enum):
     """Which reconcile an event of a watch asks for."""
 
     MATCHING = "the DeepSeekServings whose nodeSelector matches, after 1 s"
+    SLICES = "the DeepSeekServings whose nodeSelector matches the slice's node, after 1 s"
     OWNER = "its owner (by label), after 0.2 s"
     OWNER_STATUS = "a status-only reconcile of its owner, after 1 s"
     SELF = "the object itself, at once (new, new generation, start-up)"
@@ -114,10 +121,16 @@ WATCHES: tuple[Watch, ...] = (
         via="kopf",
     ),
     Watch("Node", "v1", "nodes", facts_of, Asks.MATCHING, namespaced=False),
+    # The GPUs of nodes the DRA driver serves; a cluster without resource.k8s.io/v1 answers
+    # 404, which the list-watch takes as "not served" (no slices, label facts only).
+    Watch(
+        "ResourceSlice", DRA_API_VERSION, "resourceslices", slice_of, Asks.SLICES, namespaced=False
+    ),
     _child("Deployment", "apps/v1", "deployments"),
     _child("Service", "v1", "services"),
     _child(LWS_KIND, LWS_API_VERSION, "leaderworkersets", LWS_CRD),
     _child(COMPUTE_DOMAIN_KIND, COMPUTE_DOMAIN_API_VERSION, "computedomains", CD_CRD),
+    _child(RESOURCE_CLAIM_TEMPLATE_KIND, DRA_API_VERSION, "resourceclaimtemplates"),
     # StatefulSets LeaderWorkerSet makes (leader and per-group workers) carry its name, not our
     # labels: watched, never written.
     Watch(

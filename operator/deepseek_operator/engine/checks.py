@@ -82,18 +82,18 @@ def describe_products(nodes: Sequence[NodeFacts], limit: int = 5) -> str:
     among ``nodes``, then the labels the scheduler cannot match."""
     seen: dict[tuple[str, str], str] = {}
     for n in nodes:
-        seen.setdefault((n.product or "unknown product", COMPUTE.evidence(n.labels)), n.cc_text)
+        seen.setdefault((n.product or "unknown product", n.evidence(COMPUTE)), n.cc_text)
     groups = [f"{p}, CC {cc}, from {evidence}" for (p, evidence), cc in sorted(seen.items())]
     text = "; ".join(groups[:limit])
     if len(groups) > limit:
         text += f"; and {len(groups) - limit} more kinds"
-    problems = sorted({f"{n.name}: {p}" for n in nodes for p in n.label_problems})
+    problems = sorted({f"{n.name}: {p}" for n in nodes for p in n.problems})
     return text + "".join(f"; {p}" for p in problems[:limit])
 
 
 def evidence_counts(nodes: Sequence[NodeFacts], fact: Fact[Any, Any], limit: int = 3) -> str:
     """'from <label> (source) on N node(s); …': which label decided ``fact`` on ``nodes``."""
-    counts = Counter(fact.evidence(n.labels) for n in nodes)
+    counts = Counter(n.evidence(fact) for n in nodes)
     shown = [f"from {evidence} on {count} node(s)" for evidence, count in counts.most_common()]
     more = f"; and {len(shown) - limit} more" if len(shown) > limit else ""
     return "; ".join(shown[:limit]) + more

@@ -19,7 +19,7 @@ The deciders per backend are :mod:`.deciders`; the KVCacheCapacity step is :mod:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from deepseek_operator.api.backends import AUTO
@@ -99,9 +99,23 @@ def resolve(
     else:
         res = decide_explicit_other(inputs, requested)
     res = with_capacity(inputs, res)
+    if claims_gpus(spec, cands, res):
+        res = dataclasses.replace(res, gpu_claims=True)
     if not multi_pod:
         return res
     return _multi_pod(res, inputs, apis)
+
+
+def claims_gpus(spec: DeepSeekServingSpec, cands: Sequence[NodeFacts], res: Resolution) -> bool:
+    """Whether pods claim GPUs through DRA: ``spec.gpuAllocation``, or with ``auto`` when every
+    eligible node (every candidate, when none is eligible) has its GPUs only as
+    ``gpu.nvidia.com`` devices. A pod can take GPUs one way only, and a DRA-only node has no
+    allocatable GPUs a limit could take, so the pool the pods go to decides."""
+    if spec.gpu_allocation != "auto":
+        return spec.gpu_allocation == "dra"
+    eligible = set(res.placement.eligible)
+    pool = [n for n in cands if n.name in eligible] or list(cands)
+    return bool(pool) and all(n.gpus_from_dra for n in pool)
 
 
 def _multi_pod(res: Resolution, inputs: DecisionInputs, apis: ClusterApis) -> Resolution:

@@ -103,7 +103,7 @@ def nvlink_fully_connected(
 
 def _named_evidence(nodes: Sequence[NodeFacts], fact: Fact[Any, Any], limit: int = 5) -> str:
     """'node: <the label that decided> (source); …' for the first ``limit`` of ``nodes``."""
-    shown = "; ".join(f"{n.name}: {fact.evidence(n.labels)}" for n in nodes[:limit])
+    shown = "; ".join(f"{n.name}: {n.evidence(fact)}" for n in nodes[:limit])
     return shown + (f"; and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 

@@ -68,18 +68,17 @@ class NodeRequirement:
         if kind is Requirement.CC_AT_LEAST_10:
             if node.family not in CC10_PLUS_FAMILIES:
                 return (
-                    f"compute capability {node.cc_text} below 10.0 (from "
-                    f"{COMPUTE.evidence(node.labels)})"
+                    f"compute capability {node.cc_text} below 10.0 (from {node.evidence(COMPUTE)})"
                 )
             return ""
         if not node.is_sm100:
             return (
                 f"not SM100 ({node.product or 'unknown product'}, CC {node.cc_text}, from "
-                f"{COMPUTE.evidence(node.labels)})"
+                f"{node.evidence(COMPUTE)})"
             )
         if kind is Requirement.MEGA_MOE and node.nvlink_fully_connected is not True:
             state = "unknown" if node.nvlink_fully_connected is None else "false"
-            return f"NVLink not fully connected ({state}, from {NVLINK.evidence(node.labels)})"
+            return f"NVLink not fully connected ({state}, from {node.evidence(NVLINK)})"
         return ""
 
 
@@ -89,6 +88,11 @@ def memory_shortfall(node: NodeFacts, minimum_mib: int) -> str:
     A value the scheduler's ``Gt`` cannot compare (``1e99``, ``80GiB``) is no small number: no
     affinity term admits the node, so the message says that rather than "0 MiB".
     """
+    if node.dra is not None and MEMORY_MIB.decided_by_dra(node.labels, node.dra):
+        return (
+            f"GPU memory {node.gpu_memory_mib} MiB (from {node.evidence(MEMORY_MIB)}) is below "
+            f"the {minimum_mib} MiB per GPU the checkpoint needs"
+        )
     key = MEMORY_MIB.stating_key(node.labels)
     if key is None:
         return ""
@@ -185,7 +189,13 @@ def excluded_gpu_nodes(
             resource = spec.gpu_resource_name
             shown = str(node.allocatable[resource]) if resource in node.allocatable else "missing"
             why = f"labelled {label} but status.allocatable[{resource}] is {shown}"
+            if node.dra is not None:
+                # Say why the slices gave no GPU either: that is the one a DRA user must fix.
+                why += f", and its {names.DRA_GPU_DRIVER} ResourceSlices have no well-formed GPU"
+                why += "".join(f" ({p})" for p in node.dra.problems[:2])
         out.append((node.name, why))
+    # Slices tied to no Node: a typo'd nodeName hides a whole node's GPUs, so say so.
+    out.extend((f"ResourceSlice {name}", why) for name, why in inventory.slice_problems)
     return tuple(out)
 
 

@@ -54,6 +54,9 @@ class Resolution:
     leader_worker_set: bool = True  # the cluster serves LeaderWorkerSet (multi-pod replicas)
     vllm_version: str = ""  # the release whose rules decided
     capacity: CapacityReport | None = None  # the KV-cache capacity of the decided path
+    # Pods claim their GPUs through DRA (a ResourceClaimTemplate of the gpu.nvidia.com
+    # DeviceClass) instead of a gpuResourceName limit: spec.gpuAllocation, or decided by the pool.
+    gpu_claims: bool = False
 
     @property
     def eligible_nodes(self) -> tuple[str, ...]:

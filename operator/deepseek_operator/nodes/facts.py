@@ -3,21 +3,26 @@
 Every GPU fact is read through the precedence table of :mod:`deepseek_operator.nodes.precedence`
 (agent labels over GFD labels over the exact product), the same table the node-affinity terms are
 built from, so the scheduler admits exactly the nodes the decision calls eligible. Facts inferred
-from the product are marked so every message can say so.
+from the product are marked so every message can say so. A node's ``gpu.nvidia.com``
+ResourceSlices (:mod:`deepseek_operator.nodes.dra`) are one more source in that table; on a
+DRA-only node they are also the GPU count, since its ``status.allocatable`` has no GPUs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import find_product
+from deepseek_operator.nodes.dra import DraGpus, read_slices
 from deepseek_operator.nodes.precedence import (
     COMPUTE,
     MEMORY_MIB,
     NVLINK,
+    Fact,
     label_problems,
     parse_int,
 )
@@ -64,6 +69,7 @@ class NodeFacts:
     clique_source: str | None = None  # the label key it was read from
     fabric_state: str | None = None  # the agent's mnnvl.state, None without the agent's label
     label_problems: tuple[str, ...] = ()  # GPU-fact labels the scheduler cannot match, quoted
+    dra: DraGpus | None = None  # the node's gpu.nvidia.com ResourceSlices, None without any
 
     @property
     def is_sm100(self) -> bool:
@@ -76,16 +82,43 @@ class NodeFacts:
         return f"{self.cc[0]}.{self.cc[1]}" if self.cc else "unknown"
 
     def gpus(self, resource_name: str) -> int:
-        """Allocatable GPUs of ``resource_name``."""
-        return self.allocatable.get(resource_name, 0)
+        """Allocatable GPUs of ``resource_name``; on a node without any, its well-formed DRA
+        devices (a DRA-only node hands GPUs out through claims, never as allocatable)."""
+        allocatable = self.allocatable.get(resource_name, 0)
+        if allocatable <= 0 and self.dra is not None:
+            return self.dra.count
+        return allocatable
+
+    @property
+    def gpus_from_dra(self) -> bool:
+        """Whether this node's GPUs are DRA devices (no allocatable GPUs, some slice devices)."""
+        return (
+            self.dra is not None
+            and self.dra.count > 0
+            and not any(v > 0 for k, v in self.allocatable.items() if k.startswith("nvidia.com/"))
+        )
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Labels the scheduler cannot match and malformed DRA slices or devices, one line each."""
+        return self.label_problems + (self.dra.problems if self.dra is not None else ())
+
+    def evidence(self, fact: Fact[Any, Any]) -> str:
+        """The label or ResourceSlice that decides ``fact`` here, quoted with its source."""
+        return fact.evidence(self.labels, self.dra)
 
     def gpu_label(self) -> str | None:
         """The first label that says this node has GPUs, quoted as written (``key='value'``), or
-        None: lets messages name a GPU node whose ``status.allocatable`` shows none."""
+        its ResourceSlice pool, or None: lets messages name a GPU node whose
+        ``status.allocatable`` shows none."""
         for key in _GPU_LABELS:
             value = self.labels.get(key)
             if value is not None and (key not in _PRESENCE_LABELS or value == "true"):
                 return f"{key}={value!r}"
+        if self.dra is not None:
+            return f"{names.DRA_GPU_DRIVER} ResourceSlice pool " + ", ".join(
+                repr(p) for p in self.dra.pools
+            )
         return None
 
 
@@ -94,6 +127,8 @@ class NodeInventory:
     """All nodes the operator can see, in a stable order."""
 
     nodes: tuple[NodeFacts, ...]
+    # gpu.nvidia.com ResourceSlices tied to no Node we know, or to no node at all: (slice, why).
+    slice_problems: tuple[tuple[str, str], ...] = ()
     # label key -> value -> nodes, filled on first use per key: a nodeSelector then costs the
     # matching nodes, not the whole fleet (10,000 Nodes, one pool of 2,000: 5x fewer visits).
     _by_label: dict[str, dict[str, list[NodeFacts]]] = field(
@@ -176,8 +211,11 @@ def fabric_usable(labels: Mapping[str, str]) -> bool:
     return state is None or state == names.MNNVL_STATE_READY
 
 
-def node_facts(node: Mapping[str, Any]) -> NodeFacts:
-    """Read one Node object (as returned by the API server) into :class:`NodeFacts`."""
+def node_facts(node: Mapping[str, Any], dra: DraGpus | None = None) -> NodeFacts:
+    """Read one Node object (as returned by the API server) into :class:`NodeFacts`.
+
+    ``dra``: what the node's ``gpu.nvidia.com`` ResourceSlices say (see :func:`build_inventory`).
+    """
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     status = node.get("status") or {}
@@ -186,9 +224,27 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     taints = parse_taints(spec.get("taints") or [])
     conditions = status.get("conditions") or []
     ready = all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
+    clique, clique_source = read_clique(labels)
+    return NodeFacts(
+        name=str(meta.get("name", "")),
+        labels=labels,
+        allocatable=allocatable,
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ready=ready,
+        taints=taints,
+        clique=clique,
+        clique_source=clique_source,
+        fabric_state=labels.get(names.AGENT_MNNVL_STATE),
+        label_problems=label_problems(labels),
+        **_gpu_facts(labels, dra),
+    )
 
-    product = labels.get(names.AGENT_PRODUCT) or labels.get(names.GFD_PRODUCT)
-    compute, cc_source = COMPUTE.read(labels)
+
+def _gpu_facts(labels: Mapping[str, str], dra: DraGpus | None) -> dict[str, Any]:
+    """The NodeFacts fields the precedence table decides from ``labels`` and ``dra``."""
+    dra_product = dra.product if dra is not None else None
+    product = labels.get(names.AGENT_PRODUCT) or dra_product or labels.get(names.GFD_PRODUCT)
+    compute, cc_source = COMPUTE.read(labels, dra)
     family, cc = compute if compute is not None else (None, None)
     stated = names.AGENT_SM_FAMILY in labels or names.GFD_CC_MAJOR in labels
     if (
@@ -199,34 +255,39 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     ):
         # Display only (the decision rests on ``family``), and never over a garbled CC label.
         cc = known.cc
-    nvlink, nvlink_source = NVLINK.read(labels)
-    domain = parse_int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, ""))
-    memory, memory_source = MEMORY_MIB.read(labels)
-    clique, clique_source = read_clique(labels)
+    nvlink, nvlink_source = NVLINK.read(labels, dra)
+    memory, memory_source = MEMORY_MIB.read(labels, dra)
+    return {
+        "product": product,
+        "cc": cc,
+        "cc_source": cc_source,
+        "family": family,
+        "nvlink_fully_connected": nvlink,
+        "nvlink_source": nvlink_source,
+        "nvlink_domain_size": parse_int(labels.get(names.AGENT_NVLINK_DOMAIN_SIZE, "")),
+        "gpu_memory_mib": memory,
+        "memory_source": memory_source,
+        "dra": dra,
+    }
 
-    return NodeFacts(
-        name=str(meta.get("name", "")),
-        labels=labels,
-        allocatable=allocatable,
-        unschedulable=bool(spec.get("unschedulable", False)),
-        ready=ready,
-        taints=taints,
-        product=product,
-        cc=cc,
-        cc_source=cc_source,
-        family=family,
-        nvlink_fully_connected=nvlink,
-        nvlink_source=nvlink_source,
-        nvlink_domain_size=domain,
-        gpu_memory_mib=memory,
-        memory_source=memory_source,
-        clique=clique,
-        clique_source=clique_source,
-        fabric_state=labels.get(names.AGENT_MNNVL_STATE),
-        label_problems=label_problems(labels),
+
+def with_dra(facts: NodeFacts, dra: DraGpus | None) -> NodeFacts:
+    """``facts`` (read from a Node alone) merged with what its ResourceSlices say: the operator
+    keeps Nodes and slices apart, as they change apart, and merges them per inventory."""
+    if dra is None and facts.dra is None:
+        return facts
+    return dataclasses.replace(facts, **_gpu_facts(facts.labels, dra))
+
+
+def build_inventory(
+    nodes: Iterable[Mapping[str, Any]], slices: Iterable[Any] = ()
+) -> NodeInventory:
+    """Build the inventory from Node objects and ResourceSlices, sorted by name for stable
+    messages. Slices of drivers other than ``gpu.nvidia.com`` are ignored."""
+    node_list = list(nodes)
+    node_names = [str((n.get("metadata") or {}).get("name", "")) for n in node_list]
+    dra = read_slices(slices, node_names)
+    facts = (
+        node_facts(n, dra.by_node.get(name)) for n, name in zip(node_list, node_names, strict=True)
     )
-
-
-def build_inventory(nodes: Iterable[Mapping[str, Any]]) -> NodeInventory:
-    """Build the inventory from Node objects, sorted by name for stable messages."""
-    return NodeInventory(tuple(sorted((node_facts(n) for n in nodes), key=lambda f: f.name)))
+    return NodeInventory(tuple(sorted(facts, key=lambda f: f.name)), dra.problems)

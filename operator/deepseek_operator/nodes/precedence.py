@@ -1,9 +1,14 @@
 """Which node label states which GPU fact, and which label wins: the ONE precedence table.
 
-Precedence (docs/design.md): the node agent's ``gpu.deepseek-operator.io/`` labels win over GPU
+Precedence (docs/design.md): the node agent's ``gpu.deepseek-operator.io/`` labels win over what
+the node's ``gpu.nvidia.com`` ResourceSlices publish (DRA, :mod:`.dra`), which wins over GPU
 Feature Discovery's ``nvidia.com/`` labels, which win over what the exact product name implies.
 For each fact the first source whose label key is PRESENT decides, exactly as a chain of
-``DoesNotExist`` node-selector expressions does. :meth:`Fact.read` gives the engine's view of a
+``DoesNotExist`` node-selector expressions does. DRA ranks under the agent (which alone measures
+NVLink and is the project's own reading of NVML) but over GFD: the driver publishes every device,
+where GFD describes the first one, and a pod that claims GPUs through DRA gets exactly those
+devices. Node affinity cannot see a slice, so a DRA fact admits a node through the claim's CEL
+selectors instead of an affinity term. :meth:`Fact.read` gives the engine's view of a
 node (used by :func:`~deepseek_operator.nodes.facts.node_facts`) and :meth:`Fact.terms` the
 scheduler's (used by the affinity renderer), so the two cannot disagree.
 """
@@ -17,11 +22,14 @@ from typing import Any, Generic, TypeVar
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS, sm_family
+from deepseek_operator.nodes.dra import ATTR_CC, ATTR_PRODUCT, CAPACITY_MEMORY, DraGpus
 
 # Where a fact came from, as messages name it.
 SOURCE_AGENT = "agent"
 SOURCE_GFD = "GFD"
 SOURCE_PRODUCT = "inferred from product"
+SOURCE_DRA = "DRA"
+SOURCE_DRA_PRODUCT = "inferred from DRA productName"
 
 Expr = dict[str, Any]
 """One node-selector requirement (``matchExpressions`` entry)."""
@@ -145,23 +153,49 @@ class Fact(Generic[FactT, WantedT]):
     sources: tuple[LabelSource[FactT, WantedT], ...]
     # Nodes with none of the labels are admitted (nothing to check against).
     unknown_admitted: bool = False
+    # What a node's DRA devices state (None: DRA cannot state this fact), consulted before the
+    # label source at index ``dra_rank``; ``dra_attribute`` is what messages quote.
+    dra: Callable[[DraGpus], FactT | None] | None = None
+    dra_rank: int = 1
+    dra_attribute: str = ""
+    dra_origin: str = SOURCE_DRA
 
-    def read(self, labels: Mapping[str, str]) -> tuple[FactT | None, str | None]:
+    def _dra_value(self, dra: DraGpus | None) -> FactT | None:
+        if self.dra is None or dra is None or not dra.devices:
+            return None
+        return self.dra(dra)
+
+    def read(
+        self, labels: Mapping[str, str], dra: DraGpus | None = None
+    ) -> tuple[FactT | None, str | None]:
         """The fact and where it came from (``None, None`` when no source states it)."""
-        for source in self.sources:
+        for rank, source in enumerate(self.sources):
+            if rank == self.dra_rank and (value := self._dra_value(dra)) is not None:
+                return value, self.dra_origin
             if source.key in labels:
                 value = source.read(labels)
                 stated = value is not None or source.states_unknown
                 return value, source.origin if stated else None
+        if self.dra_rank >= len(self.sources) and (value := self._dra_value(dra)) is not None:
+            return value, self.dra_origin
         return None, None
 
-    def evidence(self, labels: Mapping[str, str]) -> str:
-        """The label that decides this fact on a node, quoted as written with its source
-        (``gpu.deepseek-operator.io/sm-family='sm100' (agent)``), or which labels are absent.
+    def decided_by_dra(self, labels: Mapping[str, str], dra: DraGpus | None) -> bool:
+        """Whether the node's DRA devices, not a label, decide this fact."""
+        return dra is not None and self.read(labels, dra)[1] == self.dra_origin
+
+    def evidence(self, labels: Mapping[str, str], dra: DraGpus | None = None) -> str:
+        """The label (or ResourceSlice) that decides this fact on a node, quoted as written with
+        its source (``gpu.deepseek-operator.io/sm-family='sm100' (agent)``), or which labels
+        are absent.
 
         Every node message quotes this, so a user can see which label to fix: the deciding
         label is the first source present, even when its value states nothing usable.
         """
+        if dra is not None and self.decided_by_dra(labels, dra):
+            return dra.evidence(self.dra_attribute).removesuffix(f"({SOURCE_DRA})") + (
+                f"({self.dra_origin})"
+            )
         for source in self.sources:
             if source.key in labels:
                 value = source.read(labels)
@@ -172,7 +206,8 @@ class Fact(Generic[FactT, WantedT]):
                     known = ", ".join(repr(v) for v in source.values)
                     return f"{quoted} ({source.origin}: none of {known}, so {self.name} is unknown)"
                 return f"{quoted} ({source.origin})"
-        return "no " + " or ".join(s.key for s in self.sources) + " label"
+        absent = "no " + " or ".join(s.key for s in self.sources) + " label"
+        return absent + (" and no ResourceSlice stating it" if self.dra is not None else "")
 
     def stating_key(self, labels: Mapping[str, str]) -> str | None:
         """The key of the label that decides this fact (the first source present), or None."""
@@ -187,6 +222,19 @@ class Fact(Generic[FactT, WantedT]):
         if self.unknown_admitted:
             terms.append([label_absent(s.key) for s in self.sources])
         return terms
+
+    def dra_terms(self, wanted: WantedT) -> list[Term]:
+        """:meth:`terms` for pods that claim GPUs through DRA: the label sources that outrank
+        DRA keep their terms; where none of them is present DRA decides, through the claim's
+        CEL selectors, so that term admits the node."""
+        if self.dra is None:
+            return self.terms(wanted)
+        higher = self.sources[: self.dra_rank]
+        terms = [
+            [*(label_absent(s.key) for s in higher[:rank]), source.selector(wanted)]
+            for rank, source in enumerate(higher)
+        ]
+        return [*terms, [label_absent(s.key) for s in higher]]
 
 
 def _gfd_compute(labels: Mapping[str, str]) -> ComputeFact | None:
@@ -233,6 +281,8 @@ COMPUTE: Fact[ComputeFact, Collection[str]] = Fact(
             ),
         ),
     ),
+    dra=lambda gpus: gpus.compute,
+    dra_attribute=ATTR_CC,
 )
 """The sm family (and compute capability) of a node's GPUs; wanted: a set of families."""
 
@@ -257,6 +307,10 @@ NVLINK: Fact[bool, bool] = Fact(
             selector=lambda _: label_in(names.GFD_PRODUCT, INFERRED_NVLINK_PRODUCTS),
         ),
     ),
+    # DRA publishes no NVLink relation between devices; only the product can imply the mesh.
+    dra=lambda gpus: True if gpus.product in INFERRED_NVLINK_PRODUCTS else None,
+    dra_attribute=ATTR_PRODUCT,
+    dra_origin=SOURCE_DRA_PRODUCT,
 )
 """Whether every GPU pair of the node is NVLink-connected; wanted: True."""
 
@@ -278,5 +332,7 @@ MEMORY_MIB: Fact[int, int] = Fact(
         ),
     ),
     unknown_admitted=True,
+    dra=lambda gpus: gpus.memory_mib,
+    dra_attribute=CAPACITY_MEMORY,
 )
 """Per-GPU memory in MiB; wanted: the minimum a pod needs."""

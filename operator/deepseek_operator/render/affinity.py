@@ -11,7 +11,7 @@ pod). :func:`node_matches` evaluates terms the way the scheduler does, for tests
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from deepseek_operator.engine.placement import CC10_PLUS_FAMILIES, NodeRequirement, Requirement
 from deepseek_operator.names import (
@@ -27,11 +27,14 @@ from deepseek_operator.nodes.precedence import (
     MEMORY_MIB,
     NVLINK,
     Expr,
+    Fact,
     Term,
     label_absent,
     label_in,
     parse_gt_int,
 )
+
+WantedT = TypeVar("WantedT")
 
 
 def _conjoin(left: Term, right: Term) -> Term | None:
@@ -60,24 +63,32 @@ def _product(left: list[Term], right: list[Term]) -> list[Term]:
     return terms
 
 
-def _kind_terms(kind: Requirement) -> list[Term] | None:
+def _terms(fact: Fact[Any, WantedT], wanted: WantedT, dra: bool) -> list[Term]:
+    return fact.dra_terms(wanted) if dra else fact.terms(wanted)
+
+
+def _kind_terms(kind: Requirement, dra: bool) -> list[Term] | None:
     if kind is Requirement.ANY_GPU:
         return None
     if kind is Requirement.CC_AT_LEAST_10:
-        return COMPUTE.terms(CC10_PLUS_FAMILIES)
-    sm100 = COMPUTE.terms([SM100])
+        return _terms(COMPUTE, CC10_PLUS_FAMILIES, dra)
+    sm100 = _terms(COMPUTE, [SM100], dra)
     if kind is Requirement.SM100:
         return sm100
-    return _product(sm100, NVLINK.terms(True))
+    return _product(sm100, _terms(NVLINK, True, dra))
 
 
-def affinity_terms(requirement: NodeRequirement) -> list[Term] | None:
-    """``nodeSelectorTerms`` (ORed) for ``requirement``; None when any GPU node will do."""
+def affinity_terms(requirement: NodeRequirement, dra: bool = False) -> list[Term] | None:
+    """``nodeSelectorTerms`` (ORed) for ``requirement``; None when any GPU node will do.
+
+    ``dra``: the pods claim GPUs through DRA, so a fact DRA states is the claim's CEL selectors'
+    to check (render/claims.py) and only the labels that outrank DRA keep affinity terms.
+    """
     if requirement.kind is Requirement.NONE:
         return [[label_in(UNRUNNABLE_KEY, [requirement.reason or "unknown"])]]
-    terms = _kind_terms(requirement.kind)
+    terms = _kind_terms(requirement.kind, dra)
     if requirement.min_gpu_memory_mib:
-        memory = MEMORY_MIB.terms(requirement.min_gpu_memory_mib)
+        memory = _terms(MEMORY_MIB, requirement.min_gpu_memory_mib, dra)
         terms = memory if terms is None else _product(terms, memory)
     if requirement.clique_key is not None:
         clique = clique_terms(requirement.clique_key)
@@ -130,9 +141,9 @@ def group_affinity(lws_name: str, clique_key: str) -> dict[str, Any]:
     }
 
 
-def node_affinity(requirement: NodeRequirement) -> dict[str, Any] | None:
+def node_affinity(requirement: NodeRequirement, dra: bool = False) -> dict[str, Any] | None:
     """A pod ``affinity`` object pinning to the requirement's nodes, or None."""
-    terms = affinity_terms(requirement)
+    terms = affinity_terms(requirement, dra)
     if terms is None:
         return None
     return {

@@ -22,6 +22,7 @@ from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_CLAIM,
     COMPUTE_DOMAIN_KIND,
+    DRA_API_VERSION,
     KIND,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -34,11 +35,13 @@ from deepseek_operator.names import (
     LWS_KIND,
     MANAGED_BY,
     PROJECT,
+    RESOURCE_CLAIM_TEMPLATE_KIND,
     SERVICE_SUFFIX,
     SERVING_APP_NAME,
 )
 from deepseek_operator.render.affinity import group_affinity, node_affinity
 from deepseek_operator.render.argv import PodRole, vllm_args
+from deepseek_operator.render.claims import CLAIM_NAME, claim_template_spec
 
 # Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
 STARTUP_PROBE_PERIOD_S = 15
@@ -126,9 +129,10 @@ def pod_template(
     spec = obj.spec
     gpus = str(res.gpus_per_pod)
     requests: dict[str, Any] = {k: str(v) for k, v in spec.resources.requests.items()}
-    requests[spec.gpu_resource_name] = gpus
     limits: dict[str, Any] = {k: str(v) for k, v in spec.resources.limits.items()}
-    limits[spec.gpu_resource_name] = gpus
+    if not res.gpu_claims:  # through DRA the claim holds the GPUs, never a limit
+        requests[spec.gpu_resource_name] = gpus
+        limits[spec.gpu_resource_name] = gpus
     cache = spec.model_cache
     env = [{"name": "HF_HOME", "value": cache.mount_path}]
     env += [e.manifest() for e in spec.env if e.name != "HF_HOME"]
@@ -169,16 +173,21 @@ def pod_template(
         "automountServiceAccountToken": spec.automount_service_account_token,
         "terminationGracePeriodSeconds": 120,
     }
-    affinity = node_affinity(res.requirement) or {}
+    affinity = node_affinity(res.requirement, dra=res.gpu_claims) or {}
     if res.pods_per_replica > 1 and res.clique_key is not None:
         affinity.update(group_affinity(obj.name, res.clique_key))
     if affinity:
         pod_spec["affinity"] = affinity
+    claims: list[dict[str, str]] = []
+    if res.gpu_claims:
+        claims.append({"name": CLAIM_NAME, "resourceClaimTemplateName": gpu_claim_name(obj)})
     if res.compute_domain is ComputeDomainMode.RENDERED:
-        pod_spec["resourceClaims"] = [
+        claims.append(
             {"name": COMPUTE_DOMAIN_CLAIM, "resourceClaimTemplateName": channel_template_name(obj)}
-        ]
-        container["resources"]["claims"] = [{"name": COMPUTE_DOMAIN_CLAIM}]
+        )
+    if claims:
+        pod_spec["resourceClaims"] = claims
+        container["resources"]["claims"] = [{"name": c["name"]} for c in claims]
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
@@ -261,6 +270,21 @@ def channel_template_name(obj: ServingObject) -> str:
     return f"{obj.name}-imex-channel"
 
 
+def gpu_claim_name(obj: ServingObject) -> str:
+    """The ResourceClaimTemplate every pod of the DeepSeekServing claims its GPUs from."""
+    return f"{obj.name}-gpus"
+
+
+def render_gpu_claim_template(obj: ServingObject, res: Resolution) -> dict[str, Any]:
+    """The ResourceClaimTemplate of the pods' GPUs (see :mod:`.claims`)."""
+    return {
+        "apiVersion": DRA_API_VERSION,
+        "kind": RESOURCE_CLAIM_TEMPLATE_KIND,
+        "metadata": _metadata(obj, gpu_claim_name(obj), {LABEL_COMPONENT: "gpus"}),
+        "spec": claim_template_spec(res.requirement, res.gpus_per_pod),
+    }
+
+
 def render_compute_domain(obj: ServingObject) -> dict[str, Any]:
     """One ComputeDomain for every group of the DeepSeekServing (IMEX channels, NVIDIA DRA driver).
 
@@ -333,6 +357,8 @@ def render_objects(
     ``replicas``: the workload's replica count (plan.py's :func:`workload_size`; default
     ``spec.replicas``).
     """
+    claims = [render_gpu_claim_template(obj, res)] if res.gpu_claims else []
     if res.pods_per_replica > 1:
-        return _multi_pod(obj, res, replicas)
-    return [render_deployment(obj, res, replicas), render_service(obj)]
+        workload = _multi_pod(obj, res, replicas)
+        return [*claims, *workload] if workload else []
+    return [*claims, render_deployment(obj, res, replicas), render_service(obj)]

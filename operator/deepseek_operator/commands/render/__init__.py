@@ -1,7 +1,8 @@
 """``deepseek-operator render``: the operator's decision, status and manifests, offline.
 
-Reads one DeepSeekServing and the Nodes (``kubectl get nodes -o yaml`` output, Node documents,
-or the live cluster), then calls the same pure :func:`~deepseek_operator.plan.plan` the
+Reads one DeepSeekServing and the Nodes with their ``gpu.nvidia.com`` ResourceSlices
+(``kubectl get nodes,resourceslices -o yaml`` output, Node and ResourceSlice documents, or the
+live cluster), then calls the same pure :func:`~deepseek_operator.plan.plan` the
 operator calls. Exit 0 on a valid spec, 1 with one line on stderr otherwise; never a traceback.
 This package stays free of kopf and (unless --from-cluster) of the Kubernetes client, so the
 command starts fast.
@@ -16,19 +17,24 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from typing import Any
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.commands.render.cluster import cluster_group_versions, cluster_nodes
+from deepseek_operator.commands.render.cluster import (
+    cluster_group_versions,
+    cluster_nodes,
+    cluster_resource_slices,
+)
 from deepseek_operator.commands.render.inputs import (
     ServingDocument,
-    load_nodes_file,
+    load_cluster_file,
     load_serving_file,
 )
 from deepseek_operator.commands.render.output import SEPARATORS, format_preview
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
-from deepseek_operator.names import COMPUTE_DOMAIN_API_VERSION, LWS_API_VERSION
+from deepseek_operator.names import COMPUTE_DOMAIN_API_VERSION, DRA_API_VERSION, LWS_API_VERSION
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.plan import Observed, Plan, plan
 
@@ -62,10 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--filename", required=True, help="DeepSeekServing YAML file")
     nodes = parser.add_mutually_exclusive_group()
     nodes.add_argument(
-        "--nodes", help="`kubectl get nodes -o yaml` output (a List) or Node documents"
+        "--nodes",
+        help="`kubectl get nodes,resourceslices -o yaml` output (Lists) or Node and "
+        "ResourceSlice documents; the gpu.nvidia.com slices state a DRA node's GPUs",
     )
     nodes.add_argument(
-        "--from-cluster", action="store_true", help="read the Nodes from the current kubeconfig"
+        "--from-cluster",
+        action="store_true",
+        help="read the Nodes (and ResourceSlices) from the current kubeconfig",
     )
     parser.add_argument("-o", "--output", choices=("text", "yaml", "json"), default="text")
     parser.add_argument(
@@ -98,19 +108,21 @@ def run(args: argparse.Namespace) -> int:
     DeepSeekServing in the file is valid."""
     try:
         documents = load_serving_file(args.filename)
+        raw_nodes: list[dict[str, Any]] = []
+        slices: list[dict[str, Any]] = []
         if args.from_cluster:
             raw_nodes = cluster_nodes()
         elif args.nodes:
-            raw_nodes = load_nodes_file(args.nodes)
-        else:
-            raw_nodes = []
-        inventory = build_inventory(raw_nodes)
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            raw_nodes, slices = load_cluster_file(args.nodes)
         lws, compute_domain = args.leader_worker_set, args.compute_domain
         if args.from_cluster:  # what this cluster serves, as the operator would see it
             served = cluster_group_versions()
+            if DRA_API_VERSION in served:
+                slices = cluster_resource_slices()
             lws = lws and LWS_API_VERSION in served
             compute_domain = compute_domain and COMPUTE_DOMAIN_API_VERSION in served
+        inventory = build_inventory(raw_nodes, slices)
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         apis = ClusterApis(leader_worker_set=lws, compute_domain=compute_domain)
         planned = [_plan_document(d, inventory, now, apis) for d in documents]
         actions: list[list[str] | None] = [None] * len(documents)

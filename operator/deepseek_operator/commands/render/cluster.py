@@ -1,4 +1,4 @@
-"""``render --from-cluster``'s reading: the Nodes and API groups of the current kubeconfig's cluster.
+"""``render --from-cluster``'s reading: the Nodes, GPU ResourceSlices and API groups of the current kubeconfig's cluster.
 
 The Kubernetes client is imported only when these run, so ``render`` without --from-cluster never
 pays for it. A failure is one :class:`~deepseek_operator.errors.InputError` line.
@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from deepseek_operator.errors import InputError
+from deepseek_operator.names import DRA_API_VERSION, DRA_GPU_DRIVER
 
 
 def cluster_group_versions() -> set[str]:
@@ -37,3 +38,28 @@ def cluster_nodes() -> list[dict[str, Any]]:
         return list(json.loads(raw.data)["items"])  # type: ignore[attr-defined]
     except Exception as exc:
         raise InputError(f"--from-cluster: cannot list Nodes: {exc}".splitlines()[0]) from None
+
+
+def cluster_resource_slices() -> list[dict[str, Any]]:
+    """The cluster's ``gpu.nvidia.com`` ResourceSlices (``resource.k8s.io/v1``), for --from-cluster.
+
+    Filtered by the API server (``spec.driver`` is a ResourceSlice field selector), so a cluster
+    full of other drivers' slices costs nothing here.
+    """
+    try:
+        from kubernetes import client, config
+
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+        group, _, version = DRA_API_VERSION.partition("/")
+        raw = client.CustomObjectsApi().list_cluster_custom_object(
+            group,
+            version,
+            "resourceslices",
+            field_selector=f"spec.driver={DRA_GPU_DRIVER}",
+            _preload_content=False,
+        )
+        return list(json.loads(raw.data)["items"])  # type: ignore[attr-defined]
+    except Exception as exc:
+        raise InputError(
+            f"--from-cluster: cannot list ResourceSlices: {exc}".splitlines()[0]
+        ) from None

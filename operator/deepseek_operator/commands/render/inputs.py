@@ -19,7 +19,7 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.errors import InputError, SpecError
-from deepseek_operator.names import KIND
+from deepseek_operator.names import DRA_API_VERSION, KIND, RESOURCE_SLICE_KIND
 
 # go-yaml's plain floats (what kubectl's sigs.k8s.io/yaml decodes): 1e3 and 1e+308 are numbers
 # there, strings to PyYAML's YAML 1.1 resolver, which wants a '.'.
@@ -197,26 +197,47 @@ def load_serving_file(path: str) -> list[ServingDocument]:
 
 def load_nodes_file(path: str) -> list[dict[str, Any]]:
     """Node objects from a ``kubectl get nodes -o yaml`` List or a multi-document file."""
+    return load_cluster_file(path)[0]
+
+
+# The List kinds kubectl prints for `get nodes`, `get resourceslices` and `get nodes,resourceslices`.
+_LISTS = ("List", "NodeList", "ResourceSliceList")
+
+
+def _cluster_object(item: Any, where: str, path: str) -> str:
+    """``Node`` or ``ResourceSlice``, or an :class:`InputError` naming what the item is."""
+    kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+    if kind == RESOURCE_SLICE_KIND and isinstance(item, dict):
+        version = item.get("apiVersion")
+        if version != DRA_API_VERSION:
+            # v1beta1 nests attributes under `basic`: reading it as v1 would count nothing.
+            raise InputError(
+                f"--nodes {path}: {where} apiVersion: Unsupported value: {version!r}: a "
+                f"ResourceSlice must be {DRA_API_VERSION} (Kubernetes 1.34 and later)"
+            )
+        return RESOURCE_SLICE_KIND
+    if kind == "Node":
+        return "Node"
+    raise InputError(
+        f"--nodes {path}: {where} is a {kind}, not a Node, a ResourceSlice or a List of them "
+        "(use `kubectl get nodes,resourceslices -o yaml`)"
+    )
+
+
+def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Nodes and ResourceSlices (``resource.k8s.io/v1``) from ``kubectl get nodes,resourceslices
+    -o yaml`` output, Lists of either, or ``---``-separated documents, in file order."""
     docs = _load_yaml_documents(path, "--nodes")
-    nodes: list[dict[str, Any]] = []
+    found: dict[str, list[dict[str, Any]]] = {"Node": [], RESOURCE_SLICE_KIND: []}
     for index, doc in enumerate(docs, start=1):
         if doc is None:
             continue
-        if isinstance(doc, dict) and doc.get("kind") in ("List", "NodeList"):
-            items = doc.get("items") or []
-            for j, item in enumerate(items, start=1):
-                if not isinstance(item, dict) or item.get("kind", "Node") != "Node":
-                    kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
-                    raise InputError(
-                        f"--nodes {path}: document {index} item {j} is a {kind}, not a Node"
-                    )
-                nodes.append(item)
-        elif isinstance(doc, dict) and doc.get("kind") == "Node":
-            nodes.append(doc)
+        if isinstance(doc, dict) and doc.get("kind") in _LISTS:
+            for j, item in enumerate(doc.get("items") or [], start=1):
+                if isinstance(item, dict) and "kind" not in item:
+                    kind = doc["kind"].removesuffix("List") or "Node"
+                    item = {"kind": kind, "apiVersion": doc.get("apiVersion"), **item}
+                found[_cluster_object(item, f"document {index} item {j}", path)].append(item)
         else:
-            kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
-            raise InputError(
-                f"--nodes {path}: document {index} is a {kind}, not a Node or a List of Nodes "
-                "(use `kubectl get nodes -o yaml`)"
-            )
-    return nodes
+            found[_cluster_object(doc, f"document {index}", path)].append(doc)
+    return found["Node"], found[RESOURCE_SLICE_KIND]

@@ -1,0 +1,334 @@
+"""ResourceSlices (``resource.k8s.io/v1``) of NVIDIA's ``gpu.nvidia.com`` driver → per-node GPU facts.
+
+On a cluster whose GPUs the DRA driver manages, a node may have no ``nvidia.com/gpu`` allocatable
+and no GPU Feature Discovery labels: its GPUs are the devices of its ResourceSlices. The driver
+publishes one pool per node, each whole GPU a device ``gpu-<minor>`` with the typed attributes
+``type`` (string ``gpu``), ``productName`` and ``architecture`` (strings),
+``cudaComputeCapability`` (a semver version, ``10.0.0``) and the capacity ``memory`` (a
+quantity of bytes). Attribute names without a domain are in the driver's domain, so
+``gpu.nvidia.com/productName`` is the same attribute.
+
+Pure and defensive: a slice is whatever the API server (or a file) handed us. A malformed slice
+or device is reported with what was wrong and is never counted, so it can only keep a node out,
+never let one in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from deepseek_operator import names
+from deepseek_operator.catalog.gpus import sm_family
+
+MIXED = "mixed"
+# Attribute names the decision reads, as the driver writes them (cmd/gpu-kubelet-plugin).
+ATTR_TYPE = "type"
+ATTR_PRODUCT = "productName"
+ATTR_ARCHITECTURE = "architecture"
+ATTR_CC = "cudaComputeCapability"
+CAPACITY_MEMORY = "memory"
+DEVICE_TYPE_GPU = "gpu"
+# attribute -> the one value field (of int, bool, string, version) it must carry.
+_REQUIRED: tuple[tuple[str, str], ...] = (
+    (ATTR_PRODUCT, "string"),
+    (ATTR_ARCHITECTURE, "string"),
+    (ATTR_CC, "version"),
+)
+_VALUE_FIELDS = ("int", "bool", "string", "version")
+_SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:[-+][0-9A-Za-z.+-]*)?")
+_QUANTITY = re.compile(r"([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)([A-Za-z]*|[eE][+-]?[0-9]+)")
+_SUFFIX = {
+    "": 1,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
+_GFD_DROP = re.compile(r"[^A-Za-z0-9\-_. ]")
+
+
+@dataclass(frozen=True, slots=True)
+class DraGpu:
+    """One well-formed whole-GPU device of a node's ``gpu.nvidia.com`` pool."""
+
+    name: str
+    product: str  # NVML name as published, ``NVIDIA H200``
+    architecture: str
+    cc: tuple[int, int]
+    cc_text: str  # the version as published, ``9.0.0``
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class DraGpus:
+    """What a node's ``gpu.nvidia.com`` ResourceSlices say about its GPUs."""
+
+    pools: tuple[str, ...]
+    devices: tuple[DraGpu, ...]  # well-formed whole GPUs only: the count the decision uses
+    problems: tuple[str, ...] = ()  # malformed slices and devices of this node, one line each
+
+    @property
+    def count(self) -> int:
+        """Whole GPUs the node publishes (malformed devices excluded)."""
+        return len(self.devices)
+
+    @property
+    def product(self) -> str | None:
+        """GFD-style product (``NVIDIA-H200``) all devices share, ``mixed``, or None."""
+        return _common([gfd_style_product(d.product) for d in self.devices])
+
+    @property
+    def architecture(self) -> str | None:
+        """The driver's ``architecture`` all devices share (``Hopper``), ``mixed``, or None."""
+        return _common([d.architecture for d in self.devices])
+
+    @property
+    def compute(self) -> tuple[str, tuple[int, int] | None] | None:
+        """(sm family, compute capability) of the devices; ``("mixed", None)`` when they differ."""
+        if not self.devices:
+            return None
+        ccs = {d.cc for d in self.devices}
+        if len(ccs) == 1:
+            cc = next(iter(ccs))
+            return sm_family(cc[0]), cc
+        families = {sm_family(cc[0]) for cc in ccs}
+        return (families.pop() if len(families) == 1 else MIXED), None
+
+    @property
+    def memory_mib(self) -> int | None:
+        """The smallest device memory in MiB (a pod may get any device), or None."""
+        return min((d.memory_mib for d in self.devices), default=None)
+
+    def evidence(self, attribute: str) -> str:
+        """``gpu.nvidia.com ResourceSlice cudaComputeCapability='10.0.0' (DRA)``: the published
+        values a fact rests on, as messages quote them. No pool or node name, so nodes that
+        publish the same values group into one line of a message."""
+        where = f"{names.DRA_GPU_DRIVER} ResourceSlice"
+        if not self.devices:
+            return f"{where}: no well-formed GPU device (DRA)"
+        values = sorted({_attribute_text(d, attribute) for d in self.devices})
+        return f"{where} {attribute}=" + " / ".join(repr(v) for v in values) + " (DRA)"
+
+
+@dataclass(frozen=True, slots=True)
+class DraInventory:
+    """Every node's DRA GPU facts, and the slices that belong to no node we know."""
+
+    by_node: Mapping[str, DraGpus]
+    problems: tuple[tuple[str, str], ...] = ()  # (slice name, what is wrong) not tied to a node
+
+
+def _attribute_text(device: DraGpu, attribute: str) -> str:
+    if attribute == ATTR_CC:
+        return device.cc_text
+    if attribute == CAPACITY_MEMORY:
+        return f"{device.memory_mib}Mi"
+    if attribute == ATTR_ARCHITECTURE:
+        return device.architecture
+    return device.product
+
+
+def _common(values: Sequence[str]) -> str | None:
+    if not values:
+        return None
+    return values[0] if len(set(values)) == 1 else MIXED
+
+
+def gfd_style_product(name: str) -> str:
+    """``NVIDIA B300 SXM6 AC`` → ``NVIDIA-B300-SXM6-AC``: the NVML name the driver publishes, as
+    GPU Feature Discovery (and the agent, ``agent/labels.py``) writes it, so one product catalog
+    serves both."""
+    return "-".join(_GFD_DROP.sub("", name).split())
+
+
+def parse_quantity_bytes(text: str) -> int | None:
+    """A Kubernetes quantity (``80Gi``, ``85899345920``, ``1e9``) in whole units, or None."""
+    match = _QUANTITY.fullmatch(text.strip())
+    if match is None:
+        return None
+    number, suffix = match.groups()
+    try:
+        value = Decimal(number)
+        if suffix[:1] in ("e", "E"):
+            value = value.scaleb(int(suffix[1:]))
+        elif suffix in _SUFFIX:
+            value *= _SUFFIX[suffix]
+        else:
+            return None
+    except (InvalidOperation, ValueError):
+        return None
+    return int(value) if value >= 0 else None
+
+
+def parse_version_cc(text: str) -> tuple[int, int] | None:
+    """``10.0.0`` → ``(10, 0)``; None unless ``text`` is a semantic version."""
+    match = _SEMVER.fullmatch(text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _attribute(attributes: Mapping[str, Any], name: str) -> Any:
+    """An attribute by its short or driver-qualified name (the same attribute to the scheduler)."""
+    if name in attributes:
+        return attributes[name]
+    return attributes.get(f"{names.DRA_GPU_DRIVER}/{name}")
+
+
+def _typed(value: Any, kind: str) -> str | None:
+    """The ``kind`` field of a DeviceAttribute when it is the only field set, else None."""
+    if not isinstance(value, Mapping):
+        return None
+    set_fields = [f for f in _VALUE_FIELDS if f in value]
+    field = value.get(kind)
+    return field if set_fields == [kind] and isinstance(field, str) else None
+
+
+def _read_device(device: Any, where: str) -> tuple[DraGpu | None, str]:
+    """A whole-GPU device, or None with why not ("" for a device that is simply no whole GPU)."""
+    if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
+        return None, f"{where}: a device without a name ({device!r:.60})"
+    label = f"{where} device {device['name']!r}"
+    attributes = device.get("attributes")
+    if not isinstance(attributes, Mapping):
+        return None, f"{label}: no attributes map"
+    kind = _typed(_attribute(attributes, ATTR_TYPE), "string")
+    if kind is None:
+        return None, f"{label}: attribute {ATTR_TYPE} missing or not a string"
+    if kind != DEVICE_TYPE_GPU:
+        return None, ""  # a MIG slice, an IMEX channel, a VFIO device: not a whole GPU
+    values: dict[str, str] = {}
+    for name, field in _REQUIRED:
+        raw = _attribute(attributes, name)
+        value = _typed(raw, field)
+        if value is None:
+            shown = "missing" if raw is None else f"{raw!r:.60} (must be {{{field}: ...}})"
+            return None, f"{label}: attribute {name} is {shown}"
+        values[name] = value
+    cc = parse_version_cc(values[ATTR_CC])
+    if cc is None:
+        return None, (
+            f"{label}: attribute {ATTR_CC}={values[ATTR_CC]!r} is not a version (major.minor.patch)"
+        )
+    capacity = device.get("capacity")
+    memory = capacity.get(CAPACITY_MEMORY) if isinstance(capacity, Mapping) else None
+    raw_bytes = memory.get("value") if isinstance(memory, Mapping) else None
+    size = parse_quantity_bytes(str(raw_bytes)) if isinstance(raw_bytes, (str, int)) else None
+    if size is None:
+        return (
+            None,
+            f"{label}: capacity {CAPACITY_MEMORY} is {memory!r:.60}, not {{value: <quantity>}}",
+        )
+    return DraGpu(
+        name=device["name"],
+        product=values[ATTR_PRODUCT],
+        architecture=values[ATTR_ARCHITECTURE],
+        cc=cc,
+        cc_text=values[ATTR_CC],
+        memory_mib=size // 2**20,
+    ), ""
+
+
+@dataclass
+class _Pool:
+    node: str
+    generation: int
+    expected: int
+    slices: list[Mapping[str, Any]]
+
+
+def _slice_pool(item: Mapping[str, Any], slice_name: str) -> tuple[str, str, int, int] | str:
+    """(node, pool, generation, resourceSliceCount) of a slice, or what is wrong with it."""
+    spec = item.get("spec")
+    if not isinstance(spec, Mapping):
+        return "no spec"
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node:
+        return "not tied to one node (no spec.nodeName), so its devices are counted on no node"
+    pool = spec.get("pool")
+    if not isinstance(pool, Mapping) or not isinstance(pool.get("name"), str):
+        return "spec.pool.name missing"
+    generation, count = pool.get("generation", 0), pool.get("resourceSliceCount", 1)
+    if not isinstance(generation, int) or not isinstance(count, int) or count < 1:
+        return (
+            f"spec.pool generation={generation!r} resourceSliceCount={count!r} "
+            "must be integers (count >= 1)"
+        )
+    return node, pool["name"], generation, count
+
+
+def read_slices(slices: Iterable[Any], node_names: Iterable[str]) -> DraInventory:
+    """Group the ``gpu.nvidia.com`` slices by node and read their GPUs.
+
+    A pool counts only at its newest generation and only once every slice of it is seen
+    (``resourceSliceCount``), as the scheduler does: a half-published pool is reported, not
+    counted. Slices of other drivers are ignored; a slice naming a node that is not in
+    ``node_names`` is reported and counted nowhere.
+    """
+    known = set(node_names)
+    problems: list[tuple[str, str]] = []
+    pools: dict[tuple[str, str], _Pool] = {}
+    for index, item in enumerate(slices):
+        if not isinstance(item, Mapping):
+            problems.append((f"#{index}", f"not an object ({item!r:.60})"))
+            continue
+        meta = item.get("metadata")
+        name = str(meta.get("name", f"#{index}")) if isinstance(meta, Mapping) else f"#{index}"
+        spec = item.get("spec")
+        if isinstance(spec, Mapping) and spec.get("driver") != names.DRA_GPU_DRIVER:
+            continue
+        found = _slice_pool(item, name)
+        if isinstance(found, str):
+            problems.append((name, found))
+            continue
+        node, pool_name, generation, count = found
+        if node not in known:
+            problems.append((name, f"names node {node!r}, which is not among the Nodes"))
+            continue
+        pool = pools.get((node, pool_name))
+        if pool is None or generation > pool.generation:
+            pools[(node, pool_name)] = _Pool(node, generation, count, [item])
+        elif generation == pool.generation:
+            pool.slices.append(item)
+    gathered: dict[str, tuple[list[str], list[DraGpu], list[str]]] = {}
+    for (node, pool_name), pool in sorted(pools.items()):
+        pool_names, devices, node_problems = gathered.setdefault(node, ([], [], []))
+        pool_names.append(pool_name)
+        where = f"ResourceSlice pool {pool_name!r}"
+        if len(pool.slices) != pool.expected:
+            node_problems.append(
+                f"{where}: {len(pool.slices)} of {pool.expected} slices of generation "
+                f"{pool.generation} published, so none of its devices is counted yet"
+            )
+            continue
+        seen: set[str] = set()
+        for item in pool.slices:
+            raw_devices = item["spec"].get("devices") or []
+            if not isinstance(raw_devices, list):
+                node_problems.append(f"{where}: spec.devices is not a list")
+                continue
+            for device in raw_devices:
+                gpu, why = _read_device(device, where)
+                if gpu is not None and gpu.name in seen:
+                    why = f"{where}: device {gpu.name!r} is published twice"
+                    gpu = None
+                if gpu is not None:
+                    seen.add(gpu.name)
+                    devices.append(gpu)
+                elif why:
+                    node_problems.append(why + "; not counted")
+    by_node = {
+        node: DraGpus(tuple(p), tuple(sorted(d, key=lambda g: g.name)), tuple(problems_))
+        for node, (p, d, problems_) in gathered.items()
+    }
+    return DraInventory(by_node=by_node, problems=tuple(problems))

@@ -1,0 +1,80 @@
+"""The operator on a DRA-only pool: GPU facts from ResourceSlices, GPUs through claims.
+
+kwok nodes with no ``nvidia.com/gpu`` allocatable and no GPU labels but for the agent's NVLink
+ones, NVIDIA-shaped ``gpu.nvidia.com`` ResourceSlices made by hand (owned by their Nodes) and the
+driver's DeviceClass: the session operator reads the slices through its watch, renders the
+ResourceClaimTemplate, and the real kube-scheduler allocates each pod's claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.dra_slices import dra_only, gpu_device_class, owned_by
+from tests.e2e.test_operator import AGENT_OK, _get, _pods, _serving
+from tests.gpu_nodes import make_gpu_node
+from tests.k8s.cluster import ControlPlane, wait_for
+from tests.k8s.conditions import condition, wait_condition
+from tests.k8s.operator import OperatorProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def _dra_pool(
+    cp: ControlPlane, node_factory: Callable[..., list[Any]], pool: str, *products: str
+) -> list[str]:
+    """DRA-only twins of one node per product (pool=<pool>), created with their slices."""
+    twins = []
+    for i, product in enumerate(products):
+        agent = AGENT_OK if product == "NVIDIA-GB200" else None
+        node = make_gpu_node(
+            f"{pool}-{i}", product, agent_labels=agent, extra_labels={"pool": pool}
+        )
+        twins.append(dra_only(node))
+    created = node_factory(*(twin for twin, _ in twins))
+    cp.apply(gpu_device_class())
+    cp.apply([owned_by(s, n) for (_, s), n in zip(twins, created, strict=True) if s])
+    return [n["metadata"]["name"] for n in created]
+
+
+def test_a_dra_only_pool_serves_mega_moe_through_a_gpu_claim(
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    cp = full_cluster
+    tray, h200 = _dra_pool(cp, node_factory, namespace, "NVIDIA-GB200", "NVIDIA-H200")
+    cp.apply(_serving(namespace))
+    obj = wait_condition(cp, namespace, "Ready", "True", timeout=120)
+    assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
+    template = _get(cp, namespace, "resourceclaimtemplate", "dsv41-gpus")
+    assert template["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    container = _get(cp, namespace, "deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
+    (pod,) = _pods(cp, namespace)
+    assert pod["spec"]["nodeName"] == tray
+    (claim,) = cp.kubectl_json("get", "resourceclaims", "-n", namespace)["items"]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {r["pool"] for r in results} == {tray} and len(results) == 4
+    # The decision says where each fact came from.
+    arch = next(c for c in obj["status"]["decision"]["checks"] if c["name"] == "GPUArchitecture")
+    assert "gpu.nvidia.com ResourceSlice cudaComputeCapability='10.0.0' (DRA)" in arch["message"]
+    assert h200 not in {p["spec"]["nodeName"] for p in _pods(cp, namespace)}
+
+
+def test_explicit_mega_moe_on_a_dra_h200_pool_is_pending_with_the_reason(
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    cp = full_cluster
+    _dra_pool(cp, node_factory, namespace, "NVIDIA-H200")
+    cp.apply(_serving(namespace, moeBackend="deep_gemm_mega_moe"))
+    obj = wait_condition(cp, namespace, "Placeable", "False", timeout=120)
+    assert "cudaComputeCapability='9.0.0' (DRA)" in condition(obj, "BackendResolved")["message"]
+
+    def pending() -> list[dict[str, Any]] | None:
+        pods = _pods(cp, namespace)
+        return pods if pods and all(p["status"].get("phase") == "Pending" for p in pods) else None
+
+    wait_for(pending, timeout=60, what="the serving pod Pending")
+    assert _get(cp, namespace, "resourceclaimtemplate", "dsv41-gpus")
