@@ -46,7 +46,7 @@ def test_a_dra_only_pool_serves_mega_moe_through_a_gpu_claim(
     cp = full_cluster
     tray, h200 = _dra_pool(cp, node_factory, namespace, "NVIDIA-GB200", "NVIDIA-H200")
     cp.apply(_serving(namespace))
-    obj = wait_condition(cp, namespace, "Ready", "True", timeout=120)
+    obj = wait_condition(cp, namespace, "Ready", "True", timeout=300)
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     template = _get(cp, namespace, "resourceclaimtemplate", "dsv41-gpus")
     assert template["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
