@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from deepseek_operator.api.admission import admit
+from deepseek_operator.api.role_checks import check_roles
 from deepseek_operator.api.rules import check_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.errors import SpecError
@@ -55,7 +56,7 @@ def parse_spec(raw: Any) -> DeepSeekServingSpec:
     """Validate a raw ``spec`` mapping, then run the static rules on it; raise SpecError for
     the first problem found."""
     # The types hold; now the static rules, the same table the CRD's CEL is rendered from.
-    return check_spec(parse_spec_types(raw))
+    return check_roles(check_spec(parse_spec_types(raw)))
 
 
 def parse_spec_types(raw: Any) -> DeepSeekServingSpec:

@@ -22,6 +22,7 @@ from deepseek_operator.api.core_v1 import (
 )
 from deepseek_operator.api.core_v1_env import EnvVar
 from deepseek_operator.api.limits import MAX_REPLICAS
+from deepseek_operator.api.roles import DisaggregationSpec
 from deepseek_operator.api.sections import (
     ApiModel,
     CapacitySpec,
@@ -117,6 +118,9 @@ class DeepSeekServingSpec(ApiModel):
     capacity: CapacitySpec = Field(default_factory=CapacitySpec, json_schema_extra={"default": {}})
     """What one replica must hold (status.capacity shows what each GPU type gives)."""
 
+    disaggregation: DisaggregationSpec | None = None
+    """Prefill/decode disaggregation: a prefill and a decode pool joined by a KV connector. Unset: one aggregated pool. When set, replicas, moeBackend, parallelism, resources and the per-role engine flags are set per role and must stay unset here."""
+
     @property
     def moe_backend(self) -> str:
         """spec.moeBackend normalised as vLLM does (case, '-' for '_'): what the decision reads.
@@ -137,3 +141,36 @@ class DeepSeekServingSpec(ApiModel):
     def declares_env(self, name: str) -> bool:
         """Whether ``spec.env`` sets env var ``name`` at all (literally or from valueFrom)."""
         return any(item.name == name for item in self.env)
+
+    def for_role(self, kind: str) -> DeepSeekServingSpec:
+        """The aggregated spec one role of a disaggregated spec runs: what the decision reads.
+
+        The shared fields stay as they are (so everything the NIXL hash covers is the same in
+        both roles by construction); the role's replicas, moeBackend, parallelism, resources
+        and engine flags replace the aggregated ones, its extraArgs follow the shared ones
+        (``--enforce-eager`` first when asked for) and ``disaggregation`` is dropped.
+        """
+        assert self.disaggregation is not None
+        role = self.disaggregation.role(kind)
+        e = role.engine
+        role_args = ["--enforce-eager"] if e.enforce_eager else []
+        engine = self.engine.model_copy(
+            update={
+                "max_num_seqs": e.max_num_seqs,
+                "max_num_batched_tokens": e.max_num_batched_tokens,
+                "gpu_memory_utilization": e.gpu_memory_utilization,
+                "enable_dbo": e.enable_dbo,
+                "ubatch_size": e.ubatch_size,
+                "extra_args": [*self.engine.extra_args, *role_args, *e.extra_args],
+            }
+        )
+        return self.model_copy(
+            update={
+                "replicas": role.replicas,
+                "moe_backend_as_written": role.moe_backend_as_written,
+                "parallelism": role.parallelism,
+                "engine": engine,
+                "resources": role.resources,
+                "disaggregation": None,
+            }
+        )
