@@ -6,7 +6,7 @@ Every failure becomes a :class:`~deepseek_operator.errors.SpecError` naming the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,6 +28,24 @@ class ServingObject:
     spec: DeepSeekServingSpec
     generation: int = 1
     uid: str = ""
+    # One role of a disaggregated serving (for_role): the role, and the serving it belongs to.
+    role: str = ""
+    serving: str = ""
+
+    @property
+    def serving_name(self) -> str:
+        """The DeepSeekServing's own name (a role's object is named ``<serving>-<role>``)."""
+        return self.serving or self.name
+
+    def for_role(self, kind: str) -> ServingObject:
+        """The object one role renders: named ``<name>-<role>``, the role's projected spec."""
+        return replace(
+            self,
+            name=f"{self.name}-{kind}",
+            spec=self.spec.for_role(kind),
+            role=kind,
+            serving=self.name,
+        )
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
