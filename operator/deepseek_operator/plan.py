@@ -23,8 +23,14 @@ from deepseek_operator.engine.disaggregated import RoleDecision, resolve_roles
 from deepseek_operator.engine.queueing import workload_size
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.engine.stability import PreviousDecision
-from deepseek_operator.names import LWS_KIND, WORKLOAD_APPLIED
+from deepseek_operator.names import (
+    COMPUTE_DOMAIN_KIND,
+    LABEL_PD_ROLE,
+    LWS_KIND,
+    WORKLOAD_APPLIED,
+)
 from deepseek_operator.nodes.facts import NodeInventory
+from deepseek_operator.render.kv_transfer import with_template_hash
 from deepseek_operator.render.role_status import disaggregated_status, role_status
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
 from deepseek_operator.render.workload import render_objects
@@ -266,10 +272,16 @@ def _plan_roles(
             workload_size=size,
         )
         statuses.append(role_status(d.role, status))
-        for child in render_objects(obj, res, size.replicas):
-            # One ComputeDomain serves both roles (same name): render it once.
-            if child not in objects:
-                objects.append(child)
+        for child in map(with_template_hash, render_objects(obj, res, size.replicas)):
+            if child["kind"] == COMPUTE_DOMAIN_KIND:
+                # One ComputeDomain serves both roles (the serving's, no role label): once.
+                if any(o["kind"] == COMPUTE_DOMAIN_KIND for o in objects):
+                    continue
+                labels = child["metadata"]["labels"]
+                child["metadata"]["labels"] = {
+                    k: v for k, v in labels.items() if k != LABEL_PD_ROLE
+                }
+            objects.append(child)
     if not all(d.resolution.backend_runnable for d in decided) or not all(
         d.resolution.leader_worker_set or d.resolution.pods_per_replica == 1 for d in decided
     ):

@@ -56,6 +56,17 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Why the backend was chosen",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # A disaggregated serving's backends per role (kubectl get -o wide; empty when aggregated).
+    *(
+        {
+            "name": f"{role.capitalize()}",
+            "type": "string",
+            "jsonPath": f'.status.roles[?(@.role=="{role}")].resolved.moeBackend',
+            "description": f"MoE backend of the {role} role (disaggregated servings)",
+            "priority": 1,
+        }
+        for role in ("prefill", "decode")
+    ),
 ]
 
 _DROP_KEYS = {"title", "$defs"}

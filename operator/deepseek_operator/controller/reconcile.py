@@ -31,12 +31,12 @@ from deepseek_operator.actions import (
     PostEvent,
     after_write_actions,
     backoff_delay,
-    decision_actions,
     invalid_spec_actions,
     next_failures,
     split_children,
     write_actions,
 )
+from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import reduced_child
@@ -267,7 +267,7 @@ class Reconciler:
             (obj.namespace, obj.name),
             obj.uid,
             body,
-            then + decision_actions(observed, planned.resolution),
+            then + plan_decision_actions(observed, planned),
             outcome,
         )
         return outcome

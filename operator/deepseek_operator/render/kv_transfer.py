@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -20,6 +21,7 @@ from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.resolution import KVTransfer, Resolution
 from deepseek_operator.names import (
+    ANNOTATION_TEMPLATE_HASH,
     NIXL_SIDE_CHANNEL_HOST_ENV,
     NIXL_SIDE_CHANNEL_PORT,
     NIXL_SIDE_CHANNEL_PORT_ENV,
@@ -74,3 +76,23 @@ def kv_ports(spec: DeepSeekServingSpec, res: Resolution, leader: bool) -> list[d
         {"name": f"nixl-{rank}", "containerPort": NIXL_SIDE_CHANNEL_PORT + rank, "protocol": "TCP"}
         for rank in ranks
     ]
+
+
+def template_hash(workload: dict[str, Any]) -> str:
+    """A short hash of a Deployment's or LeaderWorkerSet's pod template(s)."""
+    spec = workload["spec"]
+    templates = spec.get("template") or spec.get("leaderWorkerTemplate")
+    text = json.dumps(templates, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def with_template_hash(child: dict[str, Any]) -> dict[str, Any]:
+    """``child`` with :data:`ANNOTATION_TEMPLATE_HASH` when it is a workload (else as it is)."""
+    if child.get("kind") not in ("Deployment", "LeaderWorkerSet"):
+        return child
+    meta = dict(child["metadata"])
+    meta["annotations"] = {
+        **meta.get("annotations", {}),
+        ANNOTATION_TEMPLATE_HASH: template_hash(child),
+    }
+    return {**child, "metadata": meta}
