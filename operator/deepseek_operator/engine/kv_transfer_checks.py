@@ -2,7 +2,7 @@
 
 A role's decision is today's decision on the role's projected spec (its layout and backend);
 these checks add what vLLM refuses only because ``--kv-transfer-config`` is set, read from the
-release's own code (docs/decision-rules.md, "Prefill/decode disaggregation"):
+release's own code (docs/disaggregation.md, "The decision, per role"):
 
 * ``KVTransferContextParallel``: NixlConnector with prefill context parallel accepts only the
   ``kv_producer`` role (``nixl/connector.py``); DeepSeek V4.1's PCP guard refusing KV transfer

@@ -128,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
     refusals = []
     for document, one in zip(documents, planned, strict=True):
         refusal = _release_refusal(document.obj.spec, one.resolution)
+        for index, role in enumerate(one.roles):
+            # A role's backend is spec.disaggregation.roles[i].moeBackend.
+            role_refusal = _release_refusal(role.spec, role.resolution)
+            refusal = refusal or role_refusal.replace(
+                "spec.moeBackend", f"spec.disaggregation.roles[{index}].moeBackend", 1
+            )
         if refusal:
             refusals.append(f"error: {document.where}{refusal}\n")
     if refusals:
@@ -135,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     sys.stdout.write(
         SEPARATORS[args.output].join(
-            format_preview(args, d.obj, p.resolution, p.status, p.objects, len(inventory), a)
+            format_preview(
+                args, d.obj, p.resolution, p.status, p.objects, len(inventory), a, p.roles
+            )
             for d, p, a in zip(documents, planned, actions, strict=True)
         )
     )
