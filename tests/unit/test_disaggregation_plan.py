@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -212,3 +214,39 @@ def test_a_kv_cache_dtype_change_rolls_both_pools() -> None:
     before = _plan(raw)
     raw["spec"]["engine"]["kvCacheDtype"] = "auto"
     assert rolling_roles(_observed_after(before), _plan(raw)) == ["prefill", "decode"]
+
+
+def _too_big() -> dict[str, Any]:
+    raw = _raw()
+    _role(raw, "prefill")["replicas"] = 2
+    _role(raw, "decode")["replicas"] = 3  # 5 trays' worth on 4 trays
+    return raw
+
+
+def test_a_shape_that_fits_each_pool_alone_but_not_both_is_not_placeable() -> None:
+    p = _plan(_too_big())
+    for decided in p.roles:
+        assert decided.resolution.placement.capacity >= decided.resolution.replicas  # alone: fits
+        assert not decided.resolution.placement.placeable
+        assert "decode 2/3 pod(s)" in decided.resolution.placement.message
+    placeable = {c.type: c for c in p.status.conditions}["Placeable"]
+    assert (placeable.status, placeable.reason) == ("False", "InsufficientNodes")
+
+
+def test_render_refuses_a_shape_that_cannot_be_placed_in_one_line(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(_too_big()))
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path)),
+            *("--nodes", str(ROOT / "examples/nodes-gb200.yaml")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 1 and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and "spec.disaggregation.roles: cannot be placed" in lines[0]
+    assert "Traceback" not in out.stderr

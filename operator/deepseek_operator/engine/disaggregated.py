@@ -7,9 +7,11 @@ inventory, plus the KV-transfer refusals of :mod:`.kv_transfer_checks`. The MoE 
 vLLM's NIXL compatibility hash, so the roles may decide differently; what the hash covers is
 shared by construction (api/roles.py).
 
-The pair adds one informational check to both roles, ``KVTransferPath``: whether some NVLink
+The pair adds two checks to both roles: ``KVTransferPath`` (informational), whether some NVLink
 clique has eligible nodes of both roles (KV blocks can then move over multi-node NVLink) or the
-transfer goes over RDMA (UCX ``rc``).
+transfer goes over RDMA (UCX ``rc``); and ``RolesFitTogether``, whether the eligible nodes hold
+both pools at once (each role's own capacity counts the nodes as if it were alone): when they
+do not, both roles are not placeable, with that reason.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.resolution import KVTransfer, Resolution
 from deepseek_operator.engine.stability import PreviousDecision
+from deepseek_operator.names import REASON_INSUFFICIENT_NODES
 from deepseek_operator.nodes.facts import NodeInventory
 
 Memo = Callable[[Hashable, Callable[[], Any]], Any]
@@ -69,6 +72,55 @@ def transfer_path(shared: set[str], placeable: bool) -> CheckResult:
     return check("KVTransferPath", CheckCategory.INFO, "", passed=False, message=message)
 
 
+def _fit_together(
+    inventory: NodeInventory, decided: list[RoleDecision], resource: str
+) -> dict[str, tuple[int, int]]:
+    """Pods of each role placed when both pools share the nodes: (placed, wanted) per role.
+
+    Best fit, the role with fewer eligible nodes first. Clique confinement of multi-pod groups
+    is each role's own placement's to check; this one asks only whether the GPUs suffice.
+    """
+    free: dict[str, int] = {}
+    out: dict[str, tuple[int, int]] = {}
+    for d in sorted(decided, key=lambda d: len(d.resolution.eligible_nodes)):
+        res = d.resolution
+        wanted, placed = res.replicas * res.pods_per_replica, 0
+        for _ in range(wanted):
+            fits = []
+            for name in res.eligible_nodes:
+                if name not in free:
+                    facts = inventory.named(name)
+                    free[name] = facts.gpus(resource) if facts else 0
+                if free[name] >= res.gpus_per_pod:
+                    fits.append(name)
+            if not fits:
+                break
+            best = min(fits, key=lambda n: (free[n], n))
+            free[best] -= res.gpus_per_pod
+            placed += 1
+        out[d.role] = (placed, wanted)
+    return out
+
+
+def fit_together(
+    inventory: NodeInventory, decided: list[RoleDecision], resource: str
+) -> CheckResult:
+    """Both pools fit on the eligible nodes at once (each role's own Capacity counts it alone)."""
+    fit = _fit_together(inventory, decided, resource)
+    parts = ", ".join(
+        f"{d.role} {fit[d.role][0]}/{fit[d.role][1]} pod(s) of {d.resolution.gpus_per_pod} GPUs"
+        for d in decided
+    )
+    ok = all(placed == wanted for placed, wanted in fit.values())
+    message = (
+        f"both pools fit on the eligible nodes together: {parts}"
+        if ok
+        else f"the eligible nodes hold each pool alone but not both together: {parts} placed; "
+        "add nodes, or fewer replicas or GPUs in a role"
+    )
+    return check("RolesFitTogether", CheckCategory.PLACEMENT, "", passed=ok, message=message)
+
+
 def resolve_roles(
     spec: DeepSeekServingSpec,
     inventory: NodeInventory,
@@ -97,14 +149,27 @@ def resolve_roles(
         decided.append(RoleDecision(kind, role_spec, res))
     cliques = [_cliques(inventory, d.resolution) for d in decided]
     shared = set.intersection(*cliques) if cliques else set()
-    path = transfer_path(shared, all(d.resolution.placement.placeable for d in decided))
+    placeable = all(d.resolution.placement.placeable for d in decided)
+    path = transfer_path(shared, placeable)
+    together = fit_together(inventory, decided, spec.gpu_resource_name) if placeable else None
     out = []
     for d in decided:
         transfer = KVTransfer(
             kv_role=KV_ROLES[d.role], connector=connector, role=d.role, nvlink=bool(shared)
         )
+        placement = d.resolution.placement
+        checks = (*d.resolution.checks, path)
+        if together is not None:
+            checks = (*checks, together)
+            if not together.passed:
+                placement = dataclasses.replace(
+                    placement,
+                    placeable=False,
+                    reason=REASON_INSUFFICIENT_NODES,
+                    message=together.message,
+                )
         res = dataclasses.replace(
-            d.resolution, checks=(*d.resolution.checks, path), kv_transfer=transfer
+            d.resolution, checks=checks, kv_transfer=transfer, placement=placement
         )
         out.append(dataclasses.replace(d, resolution=res))
     return tuple(out)

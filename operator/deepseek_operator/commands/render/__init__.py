@@ -128,6 +128,13 @@ def run(args: argparse.Namespace) -> int:
     refusals = []
     for document, one in zip(documents, planned, strict=True):
         refusal = _release_refusal(document.obj.spec, one.resolution)
+        together = next(
+            (c for r in one.roles for c in r.resolution.checks if c.name == "RolesFitTogether"),
+            None,
+        )
+        if together is not None and not together.passed:
+            # A P:D shape that cannot be placed is refused like an unsupported release.
+            refusal = f"spec.disaggregation.roles: cannot be placed: {together.message}"
         for index, role in enumerate(one.roles):
             # A role's backend is spec.disaggregation.roles[i].moeBackend.
             role_refusal = _release_refusal(role.spec, role.resolution)
