@@ -87,8 +87,7 @@ def _text_report(
                 + (", ".join(one.placement.holding_cliques) or "none")
             )
     lines.append("  objects: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))
-    for title, args in _pod_args(objects):
-        lines.append(f"  {title}vllm serve " + " ".join(args))
+    lines += _argv_lines(objects)
     return "\n".join(lines) + "\n"
 
 
@@ -114,15 +113,24 @@ def _pod_args(objects: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     and worker's."""
     out: list[tuple[str, list[str]]] = []
     for o in objects:
-        role = o["metadata"]["labels"].get(LABEL_PD_ROLE)
-        prefix = f"{role}: " if role else ""  # a disaggregated serving's role
         if o["kind"] == "Deployment":
-            out.append((prefix, o["spec"]["template"]["spec"]["containers"][0]["args"]))
+            out.append(("", o["spec"]["template"]["spec"]["containers"][0]["args"]))
         elif o["kind"] == LWS_KIND:
             tmpl = o["spec"]["leaderWorkerTemplate"]
             for title, key in (("", "leaderTemplate"), ("worker: ", "workerTemplate")):
-                out.append((prefix + title, tmpl[key]["spec"]["containers"][0]["args"]))
+                out.append((title, tmpl[key]["spec"]["containers"][0]["args"]))
     return out
+
+
+def _argv_lines(objects: Sequence[dict[str, Any]]) -> list[str]:
+    """Each pod's ``vllm serve`` line; a disaggregated serving's under a line naming the role."""
+    lines: list[str] = []
+    for role in dict.fromkeys(o["metadata"]["labels"].get(LABEL_PD_ROLE) for o in objects):
+        if role is not None:
+            lines.append(f"  {role} pods:")
+        mine = [o for o in objects if o["metadata"]["labels"].get(LABEL_PD_ROLE) == role]
+        lines += [f"  {title}vllm serve " + " ".join(args) for title, args in _pod_args(mine)]
+    return lines
 
 
 def format_preview(
