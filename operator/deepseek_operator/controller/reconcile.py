@@ -227,11 +227,20 @@ class Reconciler:
         ours, strangers = split_children(live, obj.uid)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
-        leaderworkerset = ours.get((LWS_KIND, obj.name))
-        if leaderworkerset is not None:  # ours: it and its StatefulSets report their refusals
-            pod_refusals, recheck = await self.statefulset_refusals.read(
+        # A disaggregated serving has one LeaderWorkerSet per role, named <name>-<role>.
+        roles = obj.spec.disaggregation.roles if obj.spec.disaggregation else ()
+        statefulsets = list(statefulsets)  # read once per LeaderWorkerSet
+        for name in [obj.name, *(f"{obj.name}-{r.role}" for r in roles)]:
+            leaderworkerset = ours.get((LWS_KIND, name))
+            if leaderworkerset is None:
+                continue
+            # Ours: it and its StatefulSets report their refusals.
+            found, again = await self.statefulset_refusals.read(
                 obj.namespace, statefulsets, leaderworkerset
             )
+            pod_refusals += found
+            if again is not None:
+                recheck = again if recheck is None else min(recheck, again)
         observed = Observed.from_body(body, ours, pod_refusals, groups)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
