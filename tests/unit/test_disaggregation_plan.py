@@ -188,6 +188,21 @@ def test_a_multi_pod_role_declares_the_side_channel_port_of_each_dp_rank() -> No
     leader = [q["containerPort"] for q in _container(lws["leaderTemplate"])["ports"][1:]]
     worker = [q["containerPort"] for q in _container(lws["workerTemplate"])["ports"][1:]]
     assert (leader, worker) == ([5600, 5601, 5602, 5603], [5604, 5605, 5606, 5607])
+    # Both roles have eligible trays in one clique: MNNVL for UCX, and each role's pods prefer
+    # the clique where the other role's pods run.
+    env = {e["name"]: e.get("value") for e in _container(lws["leaderTemplate"])["env"]}
+    assert env["UCX_CUDA_IPC_ENABLE_MNNVL"] == "y"
+    preferred = lws["leaderTemplate"]["spec"]["affinity"]["podAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    peer = preferred[0]["podAffinityTerm"]
+    assert peer["labelSelector"]["matchExpressions"][0]["values"] == ["decode"]
+    assert (
+        peer["topologyKey"]
+        == lws["leaderTemplate"]["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ][0]["topologyKey"]
+    )
 
 
 def _observed_after(p: Plan) -> Observed:

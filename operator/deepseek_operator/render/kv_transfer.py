@@ -22,6 +22,9 @@ from deepseek_operator.engine.cluster_apis import ComputeDomainMode
 from deepseek_operator.engine.resolution import KVTransfer, Resolution
 from deepseek_operator.names import (
     ANNOTATION_TEMPLATE_HASH,
+    GFD_CLIQUE,
+    LABEL_PD_ROLE,
+    LABEL_SERVING,
     NIXL_SIDE_CHANNEL_HOST_ENV,
     NIXL_SIDE_CHANNEL_PORT,
     NIXL_SIDE_CHANNEL_PORT_ENV,
@@ -96,3 +99,28 @@ def with_template_hash(child: dict[str, Any]) -> dict[str, Any]:
         ANNOTATION_TEMPLATE_HASH: template_hash(child),
     }
     return {**child, "metadata": meta}
+
+
+def peer_affinity(serving: str, res: Resolution) -> dict[str, Any] | None:
+    """Preferred pod affinity to the other roles' pods in the same NVLink clique, or None.
+
+    Only when some clique has eligible nodes of both roles (the transfer can then go over
+    multi-node NVLink): the scheduler prefers a clique where the peers run, and falls back to
+    any eligible node (RDMA) when none has room. The clique label is the pool's (multi-pod
+    groups) or GPU Feature Discovery's.
+    """
+    transfer = res.kv_transfer
+    if transfer is None or not transfer.nvlink:
+        return None
+    return {
+        "weight": 50,
+        "podAffinityTerm": {
+            "labelSelector": {
+                "matchLabels": {LABEL_SERVING: serving},
+                "matchExpressions": [
+                    {"key": LABEL_PD_ROLE, "operator": "NotIn", "values": [transfer.role]}
+                ],
+            },
+            "topologyKey": res.clique_key or GFD_CLIQUE,
+        },
+    }

@@ -41,7 +41,13 @@ from deepseek_operator.names import (
 )
 from deepseek_operator.render.affinity import group_affinity, node_affinity
 from deepseek_operator.render.argv import PodRole, vllm_args
-from deepseek_operator.render.kv_transfer import OPERATOR_ENV, kv_env, kv_ports, kv_transfer_config
+from deepseek_operator.render.kv_transfer import (
+    OPERATOR_ENV,
+    kv_env,
+    kv_ports,
+    kv_transfer_config,
+    peer_affinity,
+)
 
 # Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
 STARTUP_PROBE_PERIOD_S = 15
@@ -190,6 +196,10 @@ def pod_template(
     affinity = node_affinity(res.requirement) or {}
     if res.pods_per_replica > 1 and res.clique_key is not None:
         affinity.update(group_affinity(obj.name, res.clique_key))
+    peer = peer_affinity(obj.serving_name, res)
+    if peer is not None:  # a disaggregated role: near its peers when a clique allows
+        pod_affinity = affinity.setdefault("podAffinity", {})
+        pod_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(peer)
     if affinity:
         pod_spec["affinity"] = affinity
     if res.compute_domain is ComputeDomainMode.RENDERED:
