@@ -30,6 +30,9 @@ RoleKind = Literal["prefill", "decode"]
 ROLE_KINDS: tuple[RoleKind, ...] = ("prefill", "decode")
 """Role kinds in render order: the prefill pool first (decode pods wait on nothing from it)."""
 
+MAX_ROLE_EXTRA_ARGS = 32
+"""Most items a role's extraArgs holds."""
+
 KV_ROLES: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 """The ``kv_role`` each role renders (NixlConnector deprecates ``kv_both``)."""
 
@@ -55,8 +58,10 @@ class RoleEngineSpec(ApiModel):
     ubatch_size: int = Field(default=0, ge=0, le=INT32_MAX)
     """--ubatch-size: microbatch count; values above 1 turn microbatching on."""
 
+    # At most 32 items (the shared list takes 64): the API server bounds the estimated cost of
+    # a rule by the items it may run on, and two roles of 64 would exceed it.
     extra_args: list[Annotated[str, Field(max_length=512)]] = Field(
-        default_factory=list, max_length=64
+        default_factory=list, max_length=MAX_ROLE_EXTRA_ARGS
     )
     """Arguments appended after the shared spec.engine.extraArgs for this role only (e.g. --compilation-config with a CUDA-graph mode). Same rules as spec.engine.extraArgs, and none may change what the NIXL compatibility hash covers (--dtype, --attention-backend, --attention-config, the hybrid KV-cache manager, --hf-overrides, --kv-transfer-config)."""
 
