@@ -141,10 +141,20 @@ def test_decode_with_prefill_context_parallel_is_refused_by_nixl() -> None:
     assert "KV transfer (a disaggregated role)" in failed["ContextParallel"]
 
 
-def test_decode_context_parallel_must_be_one_or_the_transfer_tp() -> None:
+@pytest.mark.parametrize(("dcp", "refused"), [(2, True), (4, False)])
+def test_decode_context_parallel_must_be_one_or_the_transfer_tp(dcp: int, refused: bool) -> None:
+    raw = _raw()  # TP4: the NIXL transfer parallel size is 4
+    _role(raw, "decode")["parallelism"]["decodeContextParallelSize"] = dcp
+    assert ("KVTransferDecodeContextParallel" in _failed(_plan(raw), "decode")) is refused
+
+
+def test_prefill_context_parallel_with_dcp_needs_tp1_and_dcp_equal_to_pcp() -> None:
     raw = _raw()
-    _role(raw, "decode")["parallelism"]["decodeContextParallelSize"] = 2
-    assert "KVTransferDecodeContextParallel" in _failed(_plan(raw), "decode")
+    _role(raw, "prefill")["parallelism"].update(
+        prefillContextParallelSize=2, decodeContextParallelSize=2
+    )
+    failed = _failed(_plan(raw), "prefill")
+    assert "PCP+DCP requires TP1" in failed["KVTransferContextParallel"]
 
 
 @pytest.mark.parametrize(("cumem", "refused"), [(False, True), (True, False)])

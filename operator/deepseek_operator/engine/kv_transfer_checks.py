@@ -5,10 +5,11 @@ these checks add what vLLM refuses only because ``--kv-transfer-config`` is set,
 release's own code (docs/disaggregation.md, "The decision, per role"):
 
 * ``KVTransferContextParallel``: NixlConnector with prefill context parallel accepts only the
-  ``kv_producer`` role (``nixl/connector.py``); DeepSeek V4.1's PCP guard refusing KV transfer
-  altogether is the release's ``ContextParallel`` check (:func:`~.release.prefill_context_parallel`).
-* ``KVTransferDecodeContextParallel``: decode context parallel must be 1 or the transfer TP
-  (``config/vllm.py``).
+  ``kv_producer`` role, and DCP > 1 beside it only at TP1 with DCP = PCP (``nixl/connector.py``);
+  DeepSeek V4.1's PCP guard refusing KV transfer altogether is the release's ``ContextParallel``
+  check (:func:`~.release.prefill_context_parallel`).
+* ``KVTransferDecodeContextParallel``: decode context parallel must be 1 or the NIXL transfer
+  parallel size, max(TP, PCP) (``config/vllm.py``).
 * ``KVTransferAllocator``: ``expandable_segments:True`` in ``PYTORCH_CUDA_ALLOC_CONF`` is refused
   with a KV connector unless the cumem allocator is on (``_verify_kv_transfer_compat``).
 
@@ -26,46 +27,68 @@ _ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def context_parallel(spec: DeepSeekServingSpec, kv_role: str | None) -> CheckResult | None:
-    """NixlConnector with PCP > 1 serves ``kv_producer`` only."""
-    pcp = spec.parallelism.prefill_context_parallel_size
+    """NixlConnector with PCP > 1: ``kv_producer`` only, and DCP > 1 only at TP1 with DCP = PCP."""
+    p = spec.parallelism
+    pcp, dcp, tp = (
+        p.prefill_context_parallel_size,
+        p.decode_context_parallel_size,
+        p.tensor_parallel_size,
+    )
     if kv_role is None or pcp <= 1:
         return None
     message = f"prefillContextParallelSize {pcp} in a {kv_role} role"
-    if kv_role == PRODUCER:
-        return check("KVTransferContextParallel", SPEC, "", passed=True, message=message)
-    return check(
-        "KVTransferContextParallel",
-        SPEC,
-        "",
-        passed=False,
-        message=message + ". vLLM: NixlConnector with prefill context parallel supports "
-        "kv_role kv_producer only; keep prefillContextParallelSize 1 in the decode role",
-    )
+    if kv_role != PRODUCER:
+        return check(
+            "KVTransferContextParallel",
+            SPEC,
+            "",
+            passed=False,
+            message=message + ". vLLM: NixlConnector PCP currently supports kv_producer only. "
+            "Consumers and kv_both require prefill_context_parallel_size=1.",
+        )
+    if dcp > 1 and (tp != 1 or dcp != pcp):
+        return check(
+            "KVTransferContextParallel",
+            SPEC,
+            "",
+            passed=False,
+            message=message + f" with decodeContextParallelSize {dcp} and tensorParallelSize "
+            f"{tp}. vLLM: NixlConnector PCP+DCP requires TP1 with DCP spanning the full PCP "
+            "group.",
+        )
+    return check("KVTransferContextParallel", SPEC, "", passed=True, message=message)
 
 
 def decode_context_parallel(spec: DeepSeekServingSpec, kv_role: str | None) -> CheckResult | None:
-    """DCP is 1 or equal to the TP the KV cache is transferred at."""
+    """DCP is 1 or the NIXL transfer parallel size, max(TP, PCP) (``VllmConfig``'s assert)."""
     p = spec.parallelism
-    dcp, tp = p.decode_context_parallel_size, p.tensor_parallel_size
+    dcp = p.decode_context_parallel_size
+    transfer = max(p.tensor_parallel_size, p.prefill_context_parallel_size)
     if kv_role is None or dcp <= 1:
         return None
-    message = f"decodeContextParallelSize {dcp} with tensorParallelSize {tp} and KV transfer"
+    message = f"decodeContextParallelSize {dcp} with a NIXL transfer parallel size of {transfer}"
     return check(
         "KVTransferDecodeContextParallel",
         SPEC,
         "",
-        passed=dcp == tp,
+        passed=dcp == transfer,
         message=message
-        + ("" if dcp == tp else ". vLLM: with KV transfer, DCP must be 1 or equal to the TP size"),
+        + (
+            ""
+            if dcp == transfer
+            else f". vLLM: decode_context_parallel_size={dcp} must be 1 or equal to the NIXL "
+            f"transfer parallel size={transfer}."
+        ),
     )
 
 
 def _cumem_on(args: list[str]) -> bool:
-    """The last cumem-allocator flag of ``args`` turns it on (vLLM's default is off)."""
+    """The last cumem-allocator flag of ``args`` turns it on (vLLM's default is off); sleep mode
+    turns it on too."""
     state = False
     for arg in args:
         flag = arg.split("=")[0].replace("_", "-")
-        if flag == "--enable-cumem-allocator":
+        if flag in ("--enable-cumem-allocator", "--enable-sleep-mode"):
             state = True
         elif flag in ("--no-enable-cumem-allocator", "--disable-cumem-allocator"):
             state = False
@@ -75,7 +98,8 @@ def _cumem_on(args: list[str]) -> bool:
 def allocator(spec: DeepSeekServingSpec, kv_role: str | None) -> CheckResult | None:
     """``expandable_segments:True`` needs the cumem allocator when a KV connector is set."""
     conf = spec.env_value(_ALLOC_CONF)
-    if kv_role is None or conf is None or "expandable_segments:true" not in conf.lower():
+    # vLLM looks for this exact text (case included) in the variable.
+    if kv_role is None or conf is None or "expandable_segments:True" not in conf:
         return None
     cumem = _cumem_on(list(spec.engine.extra_args))
     message = f"{_ALLOC_CONF}={conf} with KV transfer"
