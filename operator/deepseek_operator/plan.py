@@ -30,9 +30,10 @@ from deepseek_operator.names import (
     WORKLOAD_APPLIED,
 )
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.render.kv_transfer import with_template_hash
+from deepseek_operator.render.kv_transfer import inference_pool, with_template_hash
 from deepseek_operator.render.role_status import disaggregated_status, role_status
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
+from deepseek_operator.render.workload import child_metadata as render_service_metadata
 from deepseek_operator.render.workload import render_objects
 
 ChildKey = tuple[str, str]
@@ -282,6 +283,12 @@ def _plan_roles(
                     k: v for k, v in labels.items() if k != LABEL_PD_ROLE
                 }
             objects.append(child)
+    pool_meta = {
+        k: v for k, v in render_service_metadata(serving).items() if k not in ("name", "namespace")
+    }
+    pool = inference_pool(serving.name, serving.namespace, spec, pool_meta)
+    if pool is not None and (apis or ClusterApis()).inference_pool:
+        objects.append(pool)
     if not all(d.resolution.backend_runnable for d in decided) or not all(
         d.resolution.leader_worker_set or d.resolution.pods_per_replica == 1 for d in decided
     ):

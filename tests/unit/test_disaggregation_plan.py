@@ -275,3 +275,42 @@ def test_render_refuses_a_shape_that_cannot_be_placed_in_one_line(tmp_path: path
     lines = out.stderr.splitlines()
     assert len(lines) == 1 and "spec.disaggregation.roles: cannot be placed" in lines[0]
     assert "Traceback" not in out.stderr
+
+
+def _with_picker(raw: dict[str, Any]) -> dict[str, Any]:
+    raw["spec"]["disaggregation"]["endpointPicker"] = {"name": "llm-d-epp", "port": 9002}
+    return raw
+
+
+def test_an_endpoint_picker_gets_an_inference_pool_over_the_http_pods() -> None:
+    p = _plan(_with_picker(_dep8(_raw())), "nodes-gb200-two-racks.yaml")
+    pool = next(o for o in p.objects if o["kind"] == "InferencePool")
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    assert pool["spec"]["endpointPickerRef"] == {"name": "llm-d-epp", "port": {"number": 9002}}
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    selector = pool["spec"]["selector"]["matchLabels"]
+    for role in ("prefill", "decode"):
+        lws = _workload(p, role)["spec"]["leaderWorkerTemplate"]
+        leader = lws["leaderTemplate"]["metadata"]["labels"]
+        worker = lws["workerTemplate"]["metadata"]["labels"]
+        assert selector.items() <= leader.items()  # the leader serves HTTP: in the pool
+        assert not selector.items() <= worker.items()  # a headless worker does not
+    checks = {c.name: c for c in p.roles[0].resolution.checks}
+    assert checks["InferencePool"].passed
+
+
+def test_no_inference_pool_without_its_crd_or_without_an_endpoint_picker() -> None:
+    from deepseek_operator.engine.cluster_apis import ClusterApis
+
+    raw = _with_picker(_raw())
+    p = plan(
+        parse_serving(raw),
+        _nodes("nodes-gb200.yaml"),
+        Observed.offline(),
+        NOW,
+        ClusterApis(inference_pool=False),
+    )
+    assert "InferencePool" not in [o["kind"] for o in p.objects]
+    check = next(c for c in p.roles[1].resolution.checks if c.name == "InferencePool")
+    assert not check.passed and "Gateway API Inference Extension" in check.message
+    assert "InferencePool" not in [o["kind"] for o in _plan(_raw()).objects]

@@ -99,6 +99,17 @@ class RoleSpec(ApiModel):
         return normalize_backend(self.moe_backend_as_written)
 
 
+class EndpointPickerSpec(ApiModel):
+    """The endpoint picker (e.g. llm-d's inference scheduler) a Gateway API Inference Extension
+    gateway asks which pod serves a request."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    """Name of the endpoint picker's Service, in the serving's namespace."""
+
+    port: int = Field(ge=1, le=65535)
+    """Port of that Service (its gRPC ext-proc port, 9002 for llm-d's)."""
+
+
 class DisaggregationSpec(ApiModel):
     """Prefill/decode disaggregation: two pools joined by a KV connector."""
 
@@ -111,6 +122,9 @@ class DisaggregationSpec(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["role"]},
     )
     """The pools, one per role kind: exactly one prefill and one decode role."""
+
+    endpoint_picker: EndpointPickerSpec | None = None
+    """With it, the operator writes an InferencePool (inference.networking.k8s.io/v1, when the cluster serves it) over both roles' HTTP-serving pods that points at this endpoint picker; the pods carry llm-d.ai/role, which llm-d's prefill/decode filters read."""
 
     def role(self, kind: str) -> RoleSpec:
         """The role of ``kind`` (the rules guarantee one of each)."""

@@ -121,6 +121,26 @@ def fit_together(
     return check("RolesFitTogether", CheckCategory.PLACEMENT, "", passed=ok, message=message)
 
 
+def inference_pool_check(spec: DeepSeekServingSpec, apis: ClusterApis) -> CheckResult | None:
+    """Informational, with an endpoint picker: is the InferencePool written (its CRD served)?"""
+    d = spec.disaggregation
+    if d is None or d.endpoint_picker is None:
+        return None
+    if apis.inference_pool:
+        message = (
+            f"InferencePool over both roles' HTTP pods, endpoint picker "
+            f"{d.endpoint_picker.name}:{d.endpoint_picker.port}"
+        )
+    else:
+        message = (
+            "the cluster does not serve inference.networking.k8s.io/v1 InferencePool: install "
+            "the Gateway API Inference Extension CRDs for the operator to write it"
+        )
+    return check(
+        "InferencePool", CheckCategory.INFO, "", passed=apis.inference_pool, message=message
+    )
+
+
 def resolve_roles(
     spec: DeepSeekServingSpec,
     inventory: NodeInventory,
@@ -151,6 +171,7 @@ def resolve_roles(
     shared = set.intersection(*cliques) if cliques else set()
     placeable = all(d.resolution.placement.placeable for d in decided)
     path = transfer_path(shared, placeable)
+    routing = inference_pool_check(spec, apis or ClusterApis())
     together = fit_together(inventory, decided, spec.gpu_resource_name) if placeable else None
     out = []
     for d in decided:
@@ -158,7 +179,7 @@ def resolve_roles(
             kv_role=KV_ROLES[d.role], connector=connector, role=d.role, nvlink=bool(shared)
         )
         placement = d.resolution.placement
-        checks = (*d.resolution.checks, path)
+        checks = (*d.resolution.checks, path, *([routing] if routing else []))
         if together is not None:
             checks = (*checks, together)
             if not together.passed:

@@ -23,6 +23,9 @@ from deepseek_operator.engine.resolution import KVTransfer, Resolution
 from deepseek_operator.names import (
     ANNOTATION_TEMPLATE_HASH,
     GFD_CLIQUE,
+    INFERENCE_POOL_API_VERSION,
+    INFERENCE_POOL_KIND,
+    LABEL_ENDPOINT,
     LABEL_PD_ROLE,
     LABEL_SERVING,
     NIXL_SIDE_CHANNEL_HOST_ENV,
@@ -122,5 +125,32 @@ def peer_affinity(serving: str, res: Resolution) -> dict[str, Any] | None:
                 ],
             },
             "topologyKey": res.clique_key or GFD_CLIQUE,
+        },
+    }
+
+
+def inference_pool(
+    name: str, namespace: str, spec: DeepSeekServingSpec, metadata: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The InferencePool over both roles' HTTP-serving pods, or None without an endpoint picker.
+
+    Its selector is the serving's label plus :data:`LABEL_ENDPOINT` (a LeaderWorkerSet's
+    headless workers serve no HTTP); the endpoint picker tells prefill from decode pods by
+    ``llm-d.ai/role``. ``metadata``: the child metadata (labels, owner) to give it.
+    """
+    d = spec.disaggregation
+    if d is None or d.endpoint_picker is None:
+        return None
+    return {
+        "apiVersion": INFERENCE_POOL_API_VERSION,
+        "kind": INFERENCE_POOL_KIND,
+        "metadata": {**metadata, "name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {LABEL_SERVING: name, LABEL_ENDPOINT: "true"}},
+            "targetPorts": [{"number": spec.port}],
+            "endpointPickerRef": {
+                "name": d.endpoint_picker.name,
+                "port": {"number": d.endpoint_picker.port},
+            },
         },
     }

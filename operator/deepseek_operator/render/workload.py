@@ -24,6 +24,7 @@ from deepseek_operator.names import (
     COMPUTE_DOMAIN_KIND,
     KIND,
     LABEL_COMPONENT,
+    LABEL_ENDPOINT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
@@ -72,9 +73,12 @@ def common_labels(obj: ServingObject) -> dict[str, str]:
     }
 
 
-def _pod_labels(obj: ServingObject) -> dict[str, str]:
-    """A role's pods also carry the role label llm-d's endpoint picker reads."""
-    return {LLM_D_ROLE_LABEL: obj.role} if obj.role else {}
+def _pod_labels(obj: ServingObject, head: bool) -> dict[str, str]:
+    """A role's pods also carry the role label llm-d's endpoint picker reads, and those that
+    serve HTTP the label an InferencePool selects."""
+    if not obj.role:
+        return {}
+    return {LLM_D_ROLE_LABEL: obj.role, **({LABEL_ENDPOINT: "true"} if head else {})}
 
 
 def owner_references(obj: ServingObject) -> list[dict[str, Any]]:
@@ -105,6 +109,11 @@ def _metadata(
     if owners:
         meta["ownerReferences"] = owners
     return meta
+
+
+def child_metadata(obj: ServingObject) -> dict[str, Any]:
+    """The metadata of a serving-wide child (labels and owner, no role), named after it."""
+    return _metadata(obj, obj.name, {LABEL_COMPONENT: "routing"})
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -213,7 +222,11 @@ def pod_template(
         pod_spec["tolerations"] = [t.manifest() for t in spec.tolerations]
     return {
         "metadata": {
-            "labels": {**common_labels(obj), **_pod_labels(obj), **(extra_labels or {})},
+            "labels": {
+                **common_labels(obj),
+                **_pod_labels(obj, role is None or role.is_head),
+                **(extra_labels or {}),
+            },
             "annotations": {
                 ANNOTATION_BACKEND: res.moe_backend,
                 ANNOTATION_SEQUENCE_PARALLEL: str(res.sequence_parallel).lower(),
