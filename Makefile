@@ -46,8 +46,9 @@ vllm-venvs: ## install every supported vLLM release into cached virtualenvs (~/.
 vllm-newest: ## install only the newest supported vLLM release (what `make test` checks)
 	hack/install-vllm.sh --newest
 
-conformance: venv vllm-venvs ## every supported vLLM release's own code against our engine and renderer (table per release; non-zero on any mismatch)
+conformance: venv vllm-venvs ## every supported vLLM release's own code against our engine and renderer, P/D pairs and their NIXL hash included (tables per release; non-zero on any mismatch)
 	$(BIN)/python -m conformance.harness
+	$(BIN)/python -m conformance.pd_harness
 
 vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each installed release
 	@for v in $$(. hack/versions.env && echo $$VLLM_RELEASES); do \

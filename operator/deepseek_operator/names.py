@@ -56,6 +56,30 @@ DEFAULT_PEERING = PROJECT
 """Default ClusterKopfPeering name (HA)."""
 DP_RPC_PORT = 13345
 """vLLM's ``--data-parallel-rpc-port`` on the head pod of a multi-pod replica."""
+NIXL_SIDE_CHANNEL_PORT = 5600
+"""vLLM's ``VLLM_NIXL_SIDE_CHANNEL_PORT`` default: each engine listens on it + its DP rank."""
+
+# --- prefill/decode disaggregation -------------------------------------------------------------
+
+LABEL_PD_ROLE = f"{GROUP}/pd-role"
+"""prefill or decode, on every child and pod of a disaggregated serving's role (selectors)."""
+LLM_D_ROLE_LABEL = "llm-d.ai/role"
+LABEL_ENDPOINT = f"{GROUP}/endpoint"
+"""``"true"`` on a disaggregated role's pods that serve HTTP (not the headless LWS workers)."""
+INFERENCE_POOL_API_VERSION = "inference.networking.k8s.io/v1"
+INFERENCE_POOL_KIND = "InferencePool"
+"""Gateway API Inference Extension's pool of model servers, read by its endpoint picker."""
+ANNOTATION_TEMPLATE_HASH = f"{GROUP}/pod-template-hash"
+"""On a role's workload: a hash of its pod template(s), so a change says which pools roll."""
+EVENT_ROLLING = "RollingPools"
+"""Normal event: a spec change rolls a disaggregated serving's prefill pool, decode pool or both."""
+"""The pod label llm-d's endpoint picker reads to tell prefill from decode pods."""
+NIXL_SIDE_CHANNEL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+NIXL_SIDE_CHANNEL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+UCX_TLS_ENV = "UCX_TLS"
+UCX_MNNVL_ENV = "UCX_CUDA_IPC_ENABLE_MNNVL"
+UCX_TLS = "cuda_ipc,rc,cuda_copy"
+"""UCX transports for KV transfer: rc (RDMA) must be there, or NIXL falls back to TCP."""
 
 # --- LeaderWorkerSet (sigs.k8s.io/lws) and NVIDIA's ComputeDomain (DRA driver for GPUs) ---------
 
@@ -144,6 +168,8 @@ REASON_KEPT_AUTO = "KeptAuto"
 """auto stays auto (vLLM picks its FusedMoE backend); the decision's reason names the failed check."""
 REASON_EXPLICIT = "Explicit"
 """The user's explicit backend is kept and vLLM's hard guards hold."""
+REASON_ROLES_RESOLVED = "RolesResolved"
+"""BackendResolved of a disaggregated serving: every role's backend was decided and can run."""
 REASON_ENOUGH_NODES = "EnoughNodes"
 """Eligible nodes can hold every replica."""
 REASON_INSUFFICIENT_NODES = "InsufficientNodes"

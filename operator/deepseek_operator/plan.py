@@ -16,15 +16,24 @@ from typing import Any
 from pydantic import ValidationError
 
 from deepseek_operator.api.load import ServingObject
-from deepseek_operator.api.status import Condition, DeepSeekServingStatus, GroupStatus
+from deepseek_operator.api.status import Condition, DeepSeekServingStatus, GroupStatus, RoleStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.disaggregated import RoleDecision, resolve_roles
 from deepseek_operator.engine.queueing import workload_size
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.engine.stability import PreviousDecision
-from deepseek_operator.names import LWS_KIND
+from deepseek_operator.names import (
+    COMPUTE_DOMAIN_KIND,
+    LABEL_PD_ROLE,
+    LWS_KIND,
+    WORKLOAD_APPLIED,
+)
 from deepseek_operator.nodes.facts import NodeInventory
+from deepseek_operator.render.kv_transfer import inference_pool, with_template_hash
+from deepseek_operator.render.role_status import disaggregated_status, role_status
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
+from deepseek_operator.render.workload import child_metadata as render_service_metadata
 from deepseek_operator.render.workload import render_objects
 
 ChildKey = tuple[str, str]
@@ -109,6 +118,29 @@ class Observed:
             serving=status.ready_replicas > 0,
         )
 
+    def role_previous_decision(self, kind: str) -> PreviousDecision | None:
+        """The decision running for role ``kind`` of THIS generation (as :meth:`previous_decision`)."""
+        role = self._role_status(kind)
+        if role is None or role.resolved is None or not role.resolved.moe_backend:
+            return None
+        if self.status is None or self.status.observed_generation != self.generation:
+            return None
+        return PreviousDecision(
+            role.resolved.moe_backend,
+            role.decision.reason if role.decision else "",
+            serving=role.ready_replicas > 0,
+        )
+
+    def role_conditions(self, kind: str) -> tuple[Condition, ...]:
+        """The conditions last written for role ``kind`` (and the serving's WorkloadApplied)."""
+        role = self._role_status(kind)
+        own = tuple(role.conditions) if role else ()
+        return own + tuple(c for c in self.conditions if c.type == WORKLOAD_APPLIED)
+
+    def _role_status(self, kind: str) -> RoleStatus | None:
+        roles = self.status.roles if self.status else None
+        return next((r for r in roles or () if r.role == kind), None)
+
     def pod_refusal(self) -> str | None:
         """Why a child's controller cannot create pods, in its own words (or None).
 
@@ -149,6 +181,9 @@ class Plan:
     resolution: Resolution
     objects: list[dict[str, Any]]
     status: DeepSeekServingStatus
+    # A disaggregated serving: every role's decision (``resolution`` is the one that speaks for
+    # the pair: the first role that cannot run or be placed, else decode).
+    roles: tuple[RoleDecision, ...] = ()
 
     @property
     def status_dict(self) -> dict[str, Any]:
@@ -167,6 +202,8 @@ def plan(
 
     ``apis``: what the cluster serves (LeaderWorkerSet, ComputeDomain); default: both.
     """
+    if serving.spec.disaggregation is not None:
+        return _plan_roles(serving, inventory, observed, now, apis)
     previous = observed.previous_decision()
     # resolve() is pure: objects with one spec, and every re-reconcile of an object (child
     # events, resyncs) on the same inventory, share one evaluation.
@@ -192,6 +229,85 @@ def plan(
         groups=group_statuses(res, inventory, observed.groups) if res.pods_per_replica > 1 else (),
     )
     return Plan(resolution=res, objects=render_objects(serving, res, size.replicas), status=status)
+
+
+def _plan_roles(
+    serving: ServingObject,
+    inventory: NodeInventory,
+    observed: Observed,
+    now: str,
+    apis: ClusterApis | None,
+) -> Plan:
+    """A disaggregated serving: each role decided, rendered and reported as an aggregated one.
+
+    Nothing is rendered unless every role can: a half-created pair (a prefill pool without
+    its decode pool) would load weights for nothing.
+    """
+    spec = serving.spec
+    assert spec.disaggregation is not None
+    previous: dict[str, PreviousDecision] = {
+        r.role: p
+        for r in spec.disaggregation.roles
+        if (p := observed.role_previous_decision(r.role))
+    }
+    decided = resolve_roles(spec, inventory, previous, apis, inventory.memoized)
+    objects: list[dict[str, Any]] = []
+    statuses = []
+    for d in decided:
+        obj = serving.for_role(d.role)
+        res = d.resolution
+        size = workload_size(
+            obj.spec.replicas,
+            res.placement.capacity,
+            obj.spec.max_pending_replicas,
+            observed.applied_replicas(res, obj),
+        )
+        status = build_status(
+            res,
+            generation=serving.generation,
+            ready_replicas=observed.ready_replicas(res, obj) if observed.live else 0,
+            now=now,
+            previous_conditions=observed.role_conditions(d.role),
+            observed=observed.live,
+            pod_refusal=observed.pod_refusal(),
+            workload_size=size,
+        )
+        statuses.append(role_status(d.role, status))
+        for child in map(with_template_hash, render_objects(obj, res, size.replicas)):
+            if child["kind"] == COMPUTE_DOMAIN_KIND:
+                # One ComputeDomain serves both roles (the serving's, no role label): once.
+                if any(o["kind"] == COMPUTE_DOMAIN_KIND for o in objects):
+                    continue
+                labels = child["metadata"]["labels"]
+                child["metadata"]["labels"] = {
+                    k: v for k, v in labels.items() if k != LABEL_PD_ROLE
+                }
+            objects.append(child)
+    pool_meta = {
+        k: v for k, v in render_service_metadata(serving).items() if k not in ("name", "namespace")
+    }
+    pool = inference_pool(serving.name, serving.namespace, spec, pool_meta)
+    if pool is not None and (apis or ClusterApis()).inference_pool:
+        objects.append(pool)
+    if not all(d.resolution.backend_runnable for d in decided) or not all(
+        d.resolution.leader_worker_set or d.resolution.pods_per_replica == 1 for d in decided
+    ):
+        objects = []  # never half a pair: the status says which role cannot run, and why
+    speaker = next(
+        (d for d in decided if not d.resolution.backend_runnable),
+        next((d for d in decided if not d.resolution.placement.placeable), decided[-1]),
+    )
+    return Plan(
+        resolution=speaker.resolution,
+        objects=objects,
+        status=disaggregated_status(
+            statuses,
+            generation=serving.generation,
+            now=now,
+            previous_conditions=observed.conditions,
+        ),
+        roles=decided,
+    )
 
 
 def group_statuses(

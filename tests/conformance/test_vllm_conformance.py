@@ -57,3 +57,30 @@ def test_newest_release_conforms() -> None:
     v41 = int(row.split("of which V4.1-Flash")[1].split()[0])
     weights = int(row.split("MegaMoE routed-expert weights")[1].split()[0])
     assert v41 >= 200 and weights >= 12, row
+
+
+def test_newest_release_conforms_for_prefill_decode_pairs() -> None:
+    """The P/D matrix (conformance/pd_harness.py): every pod of both roles through the release's
+    parser and KVTransferConfig, and its NIXL compatibility hash equal on every pod."""
+    release = newest_release()
+    if not oracle_python(release).exists():
+        message = f"vLLM {release} is not installed: run hack/install-vllm.sh --newest"
+        required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+        if required or os.environ.get("DSO_REQUIRE_CLUSTER", "") not in ("", "0"):
+            pytest.fail(message)
+        pytest.skip(message)
+    out = subprocess.run(
+        [sys.executable, "-m", "conformance.pd_harness", "--release", release],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1800,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+    row = out.stdout.splitlines()[1].split()
+    assert row[0] == release, out.stdout
+    specs, pods, disagreements = int(row[1]), int(row[2]), int(row[3])
+    refused, mismatches = row[4], int(row[5])
+    assert specs >= 500 and pods >= 2 * specs and disagreements == 0 and mismatches == 0, row
+    assert refused.split("/")[0] == refused.split("/")[1], row  # every hash change refused

@@ -144,15 +144,33 @@ def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
         "spec.engine": spec["properties"]["engine"],
         "spec.model": spec["properties"]["model"],
         "spec.engine.extraArgs": spec["properties"]["engine"]["properties"]["extraArgs"]["items"],
+        "spec.disaggregation": spec["properties"]["disaggregation"],
     }
     attached = sorted(
         (scope, v["rule"], v["message"], v.get("fieldPath"))
         for scope, node in nodes.items()
         for v in node["x-kubernetes-validations"]
     )
+    # A role's engine node also carries the aggregated extraArgs rules (test_disaggregation_api).
+    role = spec["properties"]["disaggregation"]["properties"]["roles"]["items"]
+    own = {r.cel for r in SPEC_RULES if r.scope == "spec.disaggregation.roles.engine"}
+    attached = sorted(
+        attached
+        + [
+            ("spec.disaggregation.roles.engine", v["rule"], v["message"], v.get("fieldPath"))
+            for v in role["properties"]["engine"]["x-kubernetes-validations"]
+            if v["rule"] in own
+        ]
+    )
     # Every rule's whole CEL expression, at the schema node it runs on, with its message.
     expected = sorted((r.scope, r.cel, r.message, r.field_path or None) for r in SPEC_RULES)
     assert attached == expected
+
+
+def _expected_path(path: pathlib.Path) -> str | None:
+    """A ``# path:`` second line: where a rule on a role's node names the refusal."""
+    second = path.read_text().splitlines()[1]
+    return second.removeprefix("# path: ").strip() if second.startswith("# path: ") else None
 
 
 def _expected_rule(path: pathlib.Path) -> str:
@@ -167,6 +185,10 @@ def test_invalid_fixtures_are_refused_with_the_rules_message(path: pathlib.Path)
     with pytest.raises(SpecError) as caught:
         parse_serving(yaml.safe_load(path.read_text()))
     assert caught.value.message == rule.message
+    expected = _expected_path(path)
+    if expected is not None:
+        assert caught.value.field_path == expected
+        return
     # A per-item rule names the item: spec.engine.extraArgs[0].
     assert caught.value.field_path == rule.full_path + ("[0]" if rule.per_item else "")
     assert rule.full_path in str(caught.value)

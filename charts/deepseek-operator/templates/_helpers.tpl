@@ -97,6 +97,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaimtemplates"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Prefill/decode disaggregation with an endpoint picker: one InferencePool per DeepSeekServing.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The StatefulSets LeaderWorkerSet makes (read only): a refused pod shows only there.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]

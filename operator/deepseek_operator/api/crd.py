@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from deepseek_operator.api.rules import rules_for_scope
+from deepseek_operator.api.role_checks import ROLE_RULES
+from deepseek_operator.api.rules import SPEC_RULES, rules_for_scope
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.api.value_rules import NAME_RULE
@@ -55,6 +56,17 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Why the backend was chosen",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # A disaggregated serving's backends per role (kubectl get -o wide; empty when aggregated).
+    *(
+        {
+            "name": f"{role.capitalize()}",
+            "type": "string",
+            "jsonPath": f'.status.roles[?(@.role=="{role}")].resolved.moeBackend',
+            "description": f"MoE backend of the {role} role (disaggregated servings)",
+            "priority": 1,
+        }
+        for role in ("prefill", "decode")
+    ),
 ]
 
 _DROP_KEYS = {"title", "$defs"}
@@ -132,29 +144,55 @@ def _strip_defaults(node: Any) -> Any:
     return node
 
 
+def _validations(rules: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "rule": r.cel,
+            "message": r.message,
+            **({"fieldPath": r.field_path} if r.field_path else {}),
+            "reason": "FieldValueInvalid",
+        }
+        for r in rules
+    ]
+
+
 def _attach_rules(spec_schema: dict[str, Any]) -> None:
+    props = spec_schema["properties"]
     targets = {
         "spec": spec_schema,
-        "spec.parallelism": spec_schema["properties"]["parallelism"],
-        "spec.engine": spec_schema["properties"]["engine"],
-        "spec.model": spec_schema["properties"]["model"],
+        "spec.parallelism": props["parallelism"],
+        "spec.engine": props["engine"],
+        "spec.model": props["model"],
         # Per-item rules run on each item, so the API server names the item's index.
-        "spec.engine.extraArgs": spec_schema["properties"]["engine"]["properties"]["extraArgs"][
-            "items"
-        ],
+        "spec.engine.extraArgs": props["engine"]["properties"]["extraArgs"]["items"],
+        "spec.disaggregation": props["disaggregation"],
     }
     for scope, node in targets.items():
         rules = rules_for_scope(scope)
         if rules:
-            node["x-kubernetes-validations"] = [
-                {
-                    "rule": r.cel,
-                    "message": r.message,
-                    **({"fieldPath": r.field_path} if r.field_path else {}),
-                    "reason": "FieldValueInvalid",
-                }
-                for r in rules
-            ]
+            node["x-kubernetes-validations"] = _validations(rules)
+    _attach_role_rules(props["disaggregation"]["properties"]["roles"]["items"])
+
+
+def _attach_role_rules(role: dict[str, Any]) -> None:
+    """The aggregated rules a role shares (:data:`ROLE_RULES`) on the role's schema nodes.
+
+    Only rules whose CEL reads fields the role's node has: the API server type-checks every
+    rule against its node's schema, so a rule naming an absent field would refuse the CRD.
+    """
+    by_name = {r.name: r for r in SPEC_RULES}
+    engine = role["properties"]["engine"]
+    nodes = {
+        "role": role,
+        "parallelism": role["properties"]["parallelism"],
+        "engine": engine,
+        "extraArgs": engine["properties"]["extraArgs"]["items"],
+    }
+    own = {"engine": rules_for_scope("spec.disaggregation.roles.engine")}
+    for key, node in nodes.items():
+        # A role's own rules first: their message is the more specific one.
+        rules = own.get(key, []) + [by_name[name] for name in ROLE_RULES[key]]
+        node["x-kubernetes-validations"] = _validations(rules)
 
 
 def build_crd() -> dict[str, Any]:

@@ -6,12 +6,13 @@ Every failure becomes a :class:`~deepseek_operator.errors.SpecError` naming the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from deepseek_operator.api.admission import admit
+from deepseek_operator.api.role_checks import check_roles
 from deepseek_operator.api.rules import check_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.errors import SpecError
@@ -27,6 +28,24 @@ class ServingObject:
     spec: DeepSeekServingSpec
     generation: int = 1
     uid: str = ""
+    # One role of a disaggregated serving (for_role): the role, and the serving it belongs to.
+    role: str = ""
+    serving: str = ""
+
+    @property
+    def serving_name(self) -> str:
+        """The DeepSeekServing's own name (a role's object is named ``<serving>-<role>``)."""
+        return self.serving or self.name
+
+    def for_role(self, kind: str) -> ServingObject:
+        """The object one role renders: named ``<name>-<role>``, the role's projected spec."""
+        return replace(
+            self,
+            name=f"{self.name}-{kind}",
+            spec=self.spec.for_role(kind),
+            role=kind,
+            serving=self.name,
+        )
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -55,7 +74,7 @@ def parse_spec(raw: Any) -> DeepSeekServingSpec:
     """Validate a raw ``spec`` mapping, then run the static rules on it; raise SpecError for
     the first problem found."""
     # The types hold; now the static rules, the same table the CRD's CEL is rendered from.
-    return check_spec(parse_spec_types(raw))
+    return check_roles(check_spec(parse_spec_types(raw)))
 
 
 def parse_spec_types(raw: Any) -> DeepSeekServingSpec:

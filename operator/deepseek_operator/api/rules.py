@@ -35,6 +35,7 @@ from deepseek_operator.api.owned_flags import (
     mentions_model_config_key,
     owns,
 )
+from deepseek_operator.api.role_rules import AGGREGATED_ONLY_RULES, DISAGGREGATION_RULES
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.spec_rule import NORMALIZED_BACKEND_CEL, SpecRule, cel_list, cel_set
 from deepseek_operator.api.value_rules import BOUND_RULES, DASH_RULES, MODEL_NAME_RULE
@@ -344,6 +345,8 @@ SPEC_RULES = (
     + BOUND_RULES
     + DASH_RULES
     + (MODEL_NAME_RULE,)
+    + DISAGGREGATION_RULES
+    + AGGREGATED_ONLY_RULES
 )
 """Every static rule, in the order they are checked."""
 

@@ -160,6 +160,34 @@ class CapacityStatus(ApiModel):
     """The context length the figures are for (engine.maxModelLen or the model's)."""
 
 
+class RoleStatus(ApiModel):
+    """One role of a disaggregated serving: its decision, replicas and conditions."""
+
+    role: str
+    """prefill or decode."""
+
+    resolved: Resolved | None = None
+    """The role's rendered choices (backend, sequence parallelism, layout)."""
+
+    decision: Decision | None = None
+    """The role's decision and its checks (KV-transfer checks included)."""
+
+    replicas: int = 0
+    """Desired replicas of this role."""
+
+    ready_replicas: int = 0
+    """Replicas of this role whose pods are all ready."""
+
+    capacity: list[CapacityStatus] | None = None
+    """The role's KV-cache capacity per GPU type."""
+
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """BackendResolved, Placeable and Ready of this role (ComputeDomain for multi-node NVLink groups); the top-level conditions sum both roles up."""
+
+
 class DeepSeekServingStatus(ApiModel):
     """Observed state written by the operator."""
 
@@ -183,6 +211,12 @@ class DeepSeekServingStatus(ApiModel):
 
     groups: list[GroupStatus] | None = None
     """Multi-pod replicas: one entry per LeaderWorkerSet group that has pods, by group index: its leader pod, NVLink clique, nodes and pods ready. The Ready condition's message sums them up."""
+
+    roles: list[RoleStatus] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["role"]},
+    )
+    """A disaggregated serving: one entry per role (prefill, decode) with its own decision, replicas and conditions; resolved, decision and capacity above stay unset."""
 
     conditions: list[Condition] = Field(
         default_factory=list,

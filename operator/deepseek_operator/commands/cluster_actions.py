@@ -17,11 +17,11 @@ from typing import Any
 from deepseek_operator.actions import (
     Action,
     after_write_actions,
-    decision_actions,
     describe,
     split_children,
     write_actions,
 )
+from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import InputError
@@ -108,7 +108,7 @@ def cluster_actions(
         planned.objects, ours, strangers, status, observed.raw_status, owner_name=obj.name
     )
     then = after_write_actions(status, [], writes.foreign, generation=obj.generation, now=now)
-    return writes.actions + then + decision_actions(observed, planned.resolution)
+    return writes.actions + then + plan_decision_actions(observed, planned)
 
 
 __all__ = ["cluster_actions", "cluster_objects", "describe"]

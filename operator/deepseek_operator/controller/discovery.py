@@ -1,4 +1,5 @@
-"""Which add-on APIs (LeaderWorkerSet, NVIDIA's ComputeDomain) the cluster serves."""
+"""Which add-on APIs (LeaderWorkerSet, NVIDIA's ComputeDomain, Gateway API Inference Extension's
+InferencePool) the cluster serves."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_KIND,
+    INFERENCE_POOL_API_VERSION,
+    INFERENCE_POOL_KIND,
     LWS_API_VERSION,
     LWS_KIND,
 )
@@ -20,7 +23,9 @@ LWS_GROUP, LWS_VERSION = LWS_API_VERSION.split("/")
 CD_GROUP, CD_VERSION = COMPUTE_DOMAIN_API_VERSION.split("/")
 LWS_CRD = f"leaderworkersets.{LWS_GROUP}"
 CD_CRD = f"computedomains.{CD_GROUP}"
-ADDON_CRDS = (LWS_CRD, CD_CRD)
+IP_GROUP = INFERENCE_POOL_API_VERSION.split("/")[0]
+IP_CRD = f"inferencepools.{IP_GROUP}"
+ADDON_CRDS = (LWS_CRD, CD_CRD, IP_CRD)
 
 
 class ClusterApiProbe:
@@ -54,6 +59,7 @@ class ClusterApiProbe:
             self._discovered = {
                 LWS_CRD: self.kube.served(LWS_API_VERSION, LWS_KIND),
                 CD_CRD: self.kube.served(COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_KIND),
+                IP_CRD: self.kube.served(INFERENCE_POOL_API_VERSION, INFERENCE_POOL_KIND),
             }
             self._checked_at = now
         return self._answer()
@@ -76,4 +82,5 @@ class ClusterApiProbe:
             leader_worker_set=served(LWS_CRD),
             compute_domain=served(CD_CRD),
             compute_domain_enabled=self.compute_domain_enabled,
+            inference_pool=served(IP_CRD),
         )

@@ -31,12 +31,12 @@ from deepseek_operator.actions import (
     PostEvent,
     after_write_actions,
     backoff_delay,
-    decision_actions,
     invalid_spec_actions,
     next_failures,
     split_children,
     write_actions,
 )
+from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import reduced_child
@@ -233,18 +233,26 @@ class Reconciler:
         ours, strangers = split_children(live, obj.uid)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
-        leaderworkerset = ours.get((LWS_KIND, obj.name))
-        if leaderworkerset is not None:  # ours: it and its StatefulSets report their refusals
-            pod_refusals, recheck = await self.statefulset_refusals.read(
+        # A disaggregated serving has one LeaderWorkerSet per role, named <name>-<role>.
+        roles = obj.spec.disaggregation.roles if obj.spec.disaggregation else ()
+        statefulsets = list(statefulsets)  # read once per LeaderWorkerSet
+        for name in [obj.name, *(f"{obj.name}-{r.role}" for r in roles)]:
+            leaderworkerset = ours.get((LWS_KIND, name))
+            if leaderworkerset is None:
+                continue
+            # Ours: it and its StatefulSets report their refusals.
+            found, again = await self.statefulset_refusals.read(
                 obj.namespace, statefulsets, leaderworkerset
             )
+            pod_refusals += found
+            if again is not None:
+                recheck = again if recheck is None else min(recheck, again)
         observed = Observed.from_body(body, ours, pod_refusals, groups)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
-        resolution = planned.resolution
-        outcome = Outcome(resolution=resolution, recheck_after=recheck)
+        outcome = Outcome(resolution=planned.resolution, recheck_after=recheck)
         status = planned.status_dict
         writes = write_actions(
             planned.objects,
@@ -262,6 +270,7 @@ class Reconciler:
             outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
         # Only the encoded children wait for a writer thread, not the rendered objects.
         actions = [encoded(action) for action in writes.actions]
+        decided = plan_decision_actions(observed, planned)
         del planned, writes
         await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, actions, outcome)
         then = after_write_actions(
@@ -277,7 +286,7 @@ class Reconciler:
             (obj.namespace, obj.name),
             obj.uid,
             body,
-            then + decision_actions(observed, resolution),
+            then + decided,
             outcome,
         )
         return outcome

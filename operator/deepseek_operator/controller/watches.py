@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
-from deepseek_operator.controller.discovery import CD_CRD, LWS_CRD
+from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, LWS_CRD
 from deepseek_operator.controller.kube import group_version_prefix
 from deepseek_operator.controller.node_tracker import slice_of
 from deepseek_operator.controller.node_watch import facts_of
@@ -43,6 +43,8 @@ from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_KIND,
     DRA_API_VERSION,
+    INFERENCE_POOL_API_VERSION,
+    INFERENCE_POOL_KIND,
     LABEL_MANAGED_BY,
     LWS_API_VERSION,
     LWS_KIND,
@@ -131,6 +133,7 @@ WATCHES: tuple[Watch, ...] = (
     _child(LWS_KIND, LWS_API_VERSION, "leaderworkersets", LWS_CRD),
     _child(COMPUTE_DOMAIN_KIND, COMPUTE_DOMAIN_API_VERSION, "computedomains", CD_CRD),
     _child(RESOURCE_CLAIM_TEMPLATE_KIND, DRA_API_VERSION, "resourceclaimtemplates"),
+    _child(INFERENCE_POOL_KIND, INFERENCE_POOL_API_VERSION, "inferencepools", IP_CRD),
     # StatefulSets LeaderWorkerSet makes (leader and per-group workers) carry its name, not our
     # labels: watched, never written.
     Watch(

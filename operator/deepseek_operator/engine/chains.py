@@ -22,6 +22,7 @@ from deepseek_operator.catalog.vllm.rules import ReleaseRules
 from deepseek_operator.engine import (
     expert_checks,
     flashinfer_checks,
+    kv_transfer_checks,
     model_checks,
     node_checks,
     spec_checks,
@@ -189,7 +190,9 @@ RELEASE_CHAIN: tuple[Step, ...] = (
     # the release's prefill context parallel guard
     Step(
         "",
-        lambda c, _: prefill_context_parallel(c.rules, c.inputs.facts, c.inputs.spec, c.backend),
+        lambda c, _: prefill_context_parallel(
+            c.rules, c.inputs.facts, c.inputs.spec, c.backend, c.inputs.kv_role is not None
+        ),
     ),
     # the release's multi-node executor
     Step(
@@ -199,6 +202,13 @@ RELEASE_CHAIN: tuple[Step, ...] = (
     # ExtraArgsInRelease: every extraArgs option is this release's
     Step("", lambda c, _: extra_args_in_release(c.rules, c.inputs.spec)),
     Step("E1", lambda c, _: expert_checks.eplb_settings(c.inputs.spec)),
+    # a disaggregated role: what vLLM refuses only because KV transfer is on
+    Step("", lambda c, _: kv_transfer_checks.context_parallel(c.inputs.spec, c.inputs.kv_role)),
+    Step(
+        "",
+        lambda c, _: kv_transfer_checks.decode_context_parallel(c.inputs.spec, c.inputs.kv_role),
+    ),
+    Step("", lambda c, _: kv_transfer_checks.allocator(c.inputs.spec, c.inputs.kv_role)),
 )
 """After the VLLMRelease check: the release's backend names and its release-wide guards."""
 

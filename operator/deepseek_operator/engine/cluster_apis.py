@@ -1,6 +1,6 @@
 """What the cluster serves besides core Kubernetes, as far as the decision and rendering care.
 
-The controller fills it from API discovery; the offline ``render`` command assumes both add-ons
+The controller fills it from API discovery; the offline ``render`` command assumes the add-ons
 are installed unless told otherwise. Pure data.
 """
 
@@ -26,6 +26,7 @@ class ClusterApis:
     leader_worker_set: bool = True  # leaderworkerset.x-k8s.io/v1 LeaderWorkerSet
     compute_domain: bool = True  # resource.nvidia.com/v1beta1 ComputeDomain (NVIDIA DRA driver)
     compute_domain_enabled: bool = True  # the operator may create ComputeDomains
+    inference_pool: bool = True  # inference.networking.k8s.io/v1 InferencePool (Gateway API IE)
 
     def compute_domain_mode(self, needed: bool) -> ComputeDomainMode:
         """The mode for a replica that ``needed`` an IMEX channel (multi-node, in a clique)."""

@@ -48,12 +48,14 @@ def resolve(
     inventory: NodeInventory,
     previous: PreviousDecision | None = None,
     apis: ClusterApis | None = None,
+    kv_role: str | None = None,
 ) -> Resolution:
     """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``.
 
     A replica of several pods (remote DP) is one LeaderWorkerSet group; in a pool of multi-node
     NVLink trays every group is confined to one NVLink clique (``apis`` says what the cluster
-    serves: LeaderWorkerSet, NVIDIA's ComputeDomain).
+    serves: LeaderWorkerSet, NVIDIA's ComputeDomain). ``kv_role``: the role of a disaggregated
+    serving whose projected spec ``spec`` is (its KV-transfer refusals are checked too).
     """
     apis = apis or ClusterApis()
     facts = model_facts(spec.model)
@@ -83,6 +85,7 @@ def resolve(
         clique_key=shared("clique_key", lambda: pool_clique_key(cands)) if multi_pod else None,
         shared=shared,
         excluded=shared("excluded", lambda: excluded_gpu_nodes(spec, inventory)),
+        kv_role=kv_role,
     )
     requested = spec.moe_backend
     refused = release_refusal(inputs, requested)

@@ -150,7 +150,11 @@ def multi_node_executor(
 
 
 def prefill_context_parallel(
-    rules: ReleaseRules, facts: ModelFacts, spec: DeepSeekServingSpec, backend: str
+    rules: ReleaseRules,
+    facts: ModelFacts,
+    spec: DeepSeekServingSpec,
+    backend: str,
+    kv_transfer: bool = False,
 ) -> CheckResult | None:
     """DeepSeek V4.1's prefill-context-parallel guard (releases that have it; any backend).
 
@@ -171,6 +175,7 @@ def prefill_context_parallel(
             (e.enable_dbo or e.ubatch_size > 1, "microbatching"),
             (e.speculative_config is not None, "speculative decoding"),
             (rules.is_mega_moe(backend), f"MegaMoE backend {backend}"),
+            (kv_transfer, "KV transfer (a disaggregated role)"),
         )
         if broken
     ]

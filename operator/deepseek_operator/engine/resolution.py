@@ -27,6 +27,18 @@ def unshared(_key: Hashable, compute: Callable[[], Any]) -> Any:
 
 
 @dataclass(frozen=True)
+class KVTransfer:
+    """How one role of a disaggregated serving transfers KV blocks (what the renderer needs)."""
+
+    kv_role: str  # kv_producer (prefill) or kv_consumer (decode)
+    connector: str  # kv_transfer_config.kv_connector
+    role: str  # prefill or decode
+    # Both roles have eligible nodes in one NVLink clique: transfers may use multi-node NVLink
+    # (UCX cuda_ipc over MNNVL); otherwise they go over RDMA (UCX rc).
+    nvlink: bool = False
+
+
+@dataclass(frozen=True)
 class Resolution:
     """Everything the renderer and the status need from the decision."""
 
@@ -57,6 +69,7 @@ class Resolution:
     # Pods claim their GPUs through DRA (a ResourceClaimTemplate of the gpu.nvidia.com
     # DeviceClass) instead of a gpuResourceName limit: spec.gpuAllocation, or decided by the pool.
     gpu_claims: bool = False
+    kv_transfer: KVTransfer | None = None  # a role of a disaggregated serving (None: aggregated)
 
     @property
     def eligible_nodes(self) -> tuple[str, ...]:
@@ -90,6 +103,8 @@ class DecisionInputs:
 
     # GPU-labelled nodes that are no candidates, and why (named in the placement message).
     excluded: tuple[tuple[str, str], ...] = ()
+    # A role of a disaggregated serving: the kv_role it renders (None: aggregated, no transfer).
+    kv_role: str | None = None
 
     @property
     def sm100_candidates(self) -> tuple[NodeFacts, ...]:

@@ -1,7 +1,8 @@
 """The ``vllm serve`` argument list: long flag names, fixed order, ``--moe-backend`` explicit.
 
 Order: model, identity, network, parallelism, multi-node DP (when a replica spans pods),
-``--moe-backend``, the typed engine flags in field order, then ``extraArgs`` verbatim and last.
+``--moe-backend``, the typed engine flags in field order, a disaggregated role's
+``--kv-transfer-config``, then ``extraArgs`` verbatim and last.
 """
 
 from __future__ import annotations
@@ -31,8 +32,17 @@ WORKER_INDEX = f"$({LWS_WORKER_INDEX_ENV})"
 """Kubernetes expands ``$(VAR)`` in args from the container's environment, which LWS fills."""
 
 
-def vllm_args(spec: DeepSeekServingSpec, res: Resolution, role: PodRole | None = None) -> list[str]:
-    """Arguments after ``vllm serve`` for one pod of ``spec`` under decision ``res``."""
+def vllm_args(
+    spec: DeepSeekServingSpec,
+    res: Resolution,
+    role: PodRole | None = None,
+    kv_transfer_config: str | None = None,
+) -> list[str]:
+    """Arguments after ``vllm serve`` for one pod of ``spec`` under decision ``res``.
+
+    ``kv_transfer_config``: a disaggregated role's ``--kv-transfer-config`` value (before the
+    extraArgs, which may not set it).
+    """
     p, e, m = spec.parallelism, spec.engine, spec.model
     args: list[str] = [m.name]
     if m.revision:
@@ -96,5 +106,7 @@ def vllm_args(spec: DeepSeekServingSpec, res: Resolution, role: PodRole | None =
         args.append("--enable-dbo")
     if e.ubatch_size:
         args += ["--ubatch-size", str(e.ubatch_size)]
+    if kv_transfer_config is not None:
+        args += ["--kv-transfer-config", kv_transfer_config]
     args += list(e.extra_args)
     return args

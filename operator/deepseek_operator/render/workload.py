@@ -25,12 +25,15 @@ from deepseek_operator.names import (
     DRA_API_VERSION,
     KIND,
     LABEL_COMPONENT,
+    LABEL_ENDPOINT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_PART_OF,
+    LABEL_PD_ROLE,
     LABEL_ROLE,
     LABEL_SERVING,
+    LLM_D_ROLE_LABEL,
     LWS_API_VERSION,
     LWS_KIND,
     MANAGED_BY,
@@ -42,6 +45,13 @@ from deepseek_operator.names import (
 from deepseek_operator.render.affinity import group_affinity, node_affinity
 from deepseek_operator.render.argv import PodRole, vllm_args
 from deepseek_operator.render.claims import CLAIM_NAME, claim_template_spec
+from deepseek_operator.render.kv_transfer import (
+    OPERATOR_ENV,
+    kv_env,
+    kv_ports,
+    kv_transfer_config,
+    peer_affinity,
+)
 
 # Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
 STARTUP_PROBE_PERIOD_S = 15
@@ -49,8 +59,11 @@ STARTUP_PROBE_FAILURES = 480
 
 
 def selector_labels(obj: ServingObject) -> dict[str, str]:
-    """Labels that select this DeepSeekServing's serving pods."""
-    return {LABEL_NAME: SERVING_APP_NAME, LABEL_INSTANCE: obj.name}
+    """Labels that select this DeepSeekServing's serving pods (of one role, for a role)."""
+    labels = {LABEL_NAME: SERVING_APP_NAME, LABEL_INSTANCE: obj.serving_name}
+    if obj.role:
+        labels[LABEL_PD_ROLE] = obj.role
+    return labels
 
 
 def common_labels(obj: ServingObject) -> dict[str, str]:
@@ -59,8 +72,16 @@ def common_labels(obj: ServingObject) -> dict[str, str]:
         **selector_labels(obj),
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_PART_OF: PROJECT,
-        LABEL_SERVING: obj.name,
+        LABEL_SERVING: obj.serving_name,
     }
+
+
+def _pod_labels(obj: ServingObject, head: bool) -> dict[str, str]:
+    """A role's pods also carry the role label llm-d's endpoint picker reads, and those that
+    serve HTTP the label an InferencePool selects."""
+    if not obj.role:
+        return {}
+    return {LLM_D_ROLE_LABEL: obj.role, **({LABEL_ENDPOINT: "true"} if head else {})}
 
 
 def owner_references(obj: ServingObject) -> list[dict[str, Any]]:
@@ -71,7 +92,7 @@ def owner_references(obj: ServingObject) -> list[dict[str, Any]]:
         {
             "apiVersion": API_VERSION,
             "kind": KIND,
-            "name": obj.name,
+            "name": obj.serving_name,
             "uid": obj.uid,
             "controller": True,
             "blockOwnerDeletion": True,
@@ -91,6 +112,11 @@ def _metadata(
     if owners:
         meta["ownerReferences"] = owners
     return meta
+
+
+def child_metadata(obj: ServingObject) -> dict[str, Any]:
+    """The metadata of a serving-wide child (labels and owner, no role), named after it."""
+    return _metadata(obj, obj.name, {LABEL_COMPONENT: "routing"})
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -135,14 +161,21 @@ def pod_template(
         limits[spec.gpu_resource_name] = gpus
     cache = spec.model_cache
     env = [{"name": "HF_HOME", "value": cache.mount_path}]
-    env += [e.manifest() for e in spec.env if e.name != "HF_HOME"]
+    owned = ("HF_HOME", *OPERATOR_ENV) if res.kv_transfer else ("HF_HOME",)
+    env += [e.manifest() for e in spec.env if e.name not in owned]
+    ports = [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}]
+    kv_config = None
+    if res.kv_transfer is not None:
+        env += kv_env(spec, res)
+        ports += kv_ports(spec, res, leader=role is None or role.is_head)
+        kv_config = kv_transfer_config(res.kv_transfer)
     container: dict[str, Any] = {
         "name": "vllm",
         "image": spec.image,
         "command": ["vllm", "serve"],
-        "args": vllm_args(spec, res, role),
+        "args": vllm_args(spec, res, role, kv_config),
         "env": env,
-        "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
+        "ports": ports,
         "resources": {"requests": requests, "limits": limits},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -176,6 +209,10 @@ def pod_template(
     affinity = node_affinity(res.requirement, dra=res.gpu_claims) or {}
     if res.pods_per_replica > 1 and res.clique_key is not None:
         affinity.update(group_affinity(obj.name, res.clique_key))
+    peer = peer_affinity(obj.serving_name, res)
+    if peer is not None:  # a disaggregated role: near its peers when a clique allows
+        pod_affinity = affinity.setdefault("podAffinity", {})
+        pod_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(peer)
     if affinity:
         pod_spec["affinity"] = affinity
     claims: list[dict[str, str]] = []
@@ -194,7 +231,11 @@ def pod_template(
         pod_spec["tolerations"] = [t.manifest() for t in spec.tolerations]
     return {
         "metadata": {
-            "labels": {**common_labels(obj), **(extra_labels or {})},
+            "labels": {
+                **common_labels(obj),
+                **_pod_labels(obj, role is None or role.is_head),
+                **(extra_labels or {}),
+            },
             "annotations": {
                 ANNOTATION_BACKEND: res.moe_backend,
                 ANNOTATION_SEQUENCE_PARALLEL: str(res.sequence_parallel).lower(),
@@ -261,13 +302,14 @@ def render_service(obj: ServingObject, heads_only: bool = False) -> dict[str, An
 
 
 def compute_domain_name(obj: ServingObject) -> str:
-    """The DeepSeekServing's ComputeDomain."""
-    return f"{obj.name}-imex"
+    """The DeepSeekServing's ComputeDomain (one for both roles of a disaggregated serving, so
+    prefill and decode pods share an IMEX domain for KV transfer over multi-node NVLink)."""
+    return f"{obj.serving_name}-imex"
 
 
 def channel_template_name(obj: ServingObject) -> str:
     """The ResourceClaimTemplate NVIDIA's driver generates for the ComputeDomain's channel."""
-    return f"{obj.name}-imex-channel"
+    return f"{obj.serving_name}-imex-channel"
 
 
 def gpu_claim_name(obj: ServingObject) -> str:

@@ -140,6 +140,19 @@ def run(args: argparse.Namespace) -> int:
     refusals = []
     for document, one in zip(documents, planned, strict=True):
         refusal = _release_refusal(document.obj.spec, one.resolution)
+        together = next(
+            (c for r in one.roles for c in r.resolution.checks if c.name == "RolesFitTogether"),
+            None,
+        )
+        if together is not None and not together.passed:
+            # A P:D shape that cannot be placed is refused like an unsupported release.
+            refusal = f"spec.disaggregation.roles: cannot be placed: {together.message}"
+        for index, role in enumerate(one.roles):
+            # A role's backend is spec.disaggregation.roles[i].moeBackend.
+            role_refusal = _release_refusal(role.spec, role.resolution)
+            refusal = refusal or role_refusal.replace(
+                "spec.moeBackend", f"spec.disaggregation.roles[{index}].moeBackend", 1
+            )
         if refusal:
             refusals.append(f"error: {document.where}{refusal}\n")
     if refusals:
@@ -147,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     sys.stdout.write(
         SEPARATORS[args.output].join(
-            format_preview(args, d.obj, p.resolution, p.status, p.objects, len(inventory), a)
+            format_preview(
+                args, d.obj, p.resolution, p.status, p.objects, len(inventory), a, p.roles
+            )
             for d, p, a in zip(documents, planned, actions, strict=True)
         )
     )

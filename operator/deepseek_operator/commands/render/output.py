@@ -18,8 +18,9 @@ import yaml
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.engine import capacity_report
+from deepseek_operator.engine.disaggregated import RoleDecision
 from deepseek_operator.engine.resolution import Resolution
-from deepseek_operator.names import LWS_KIND
+from deepseek_operator.names import LABEL_PD_ROLE, LWS_KIND
 from deepseek_operator.render.status import status_dict
 
 
@@ -30,15 +31,9 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def _text_report(
-    obj: ServingObject,
-    res: Resolution,
-    status: DeepSeekServingStatus,
-    objects: Sequence[dict[str, Any]],
-    nodes: int,
-) -> str:
+def _decision_lines(res: Resolution, nodes: int) -> list[str]:
+    """The backend decision, its layout and eligible nodes, and the checks table."""
     lines = [
-        f"DeepSeekServing {obj.namespace}/{obj.name}  model {obj.spec.model.name}",
         f"  requested --moe-backend {res.requested}  ->  rendered --moe-backend {res.moe_backend}  ({res.reason})",
         f"  {res.message}",
         f"  sequence parallel: {'on' if res.sequence_parallel else 'off'}   EP size: {res.expert_parallel_size}   "
@@ -60,19 +55,39 @@ def _text_report(
     for r in rows:
         lines.append(f"  {r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]:<6}  {r[3]}")
     lines.append("")
+    return lines
+
+
+def _text_report(
+    obj: ServingObject,
+    res: Resolution,
+    status: DeepSeekServingStatus,
+    objects: Sequence[dict[str, Any]],
+    nodes: int,
+    roles: Sequence[RoleDecision] = (),
+) -> str:
+    lines = [f"DeepSeekServing {obj.namespace}/{obj.name}  model {obj.spec.model.name}"]
+    if not roles:
+        lines += _decision_lines(res, nodes)
+    for role in roles:
+        # A disaggregated serving: each role's decision, then the summed-up conditions.
+        lines.append(f"  role {role.role}:")
+        lines += _decision_lines(role.resolution, nodes)
+        lines += capacity_lines(role.resolution)
     lines.append("  CONDITION        STATUS  REASON                MESSAGE")
     for c in status.conditions:
         lines.append(f"  {c.type:<15}  {c.status:<6}  {c.reason:<20}  {c.message}")
     lines.append("")
-    lines += capacity_lines(res)
-    if res.clique_key is not None:
-        lines.append(
-            f"  NVLink cliques ({res.clique_key}) that can hold a {res.pods_per_replica}-pod group: "
-            + (", ".join(res.placement.holding_cliques) or "none")
-        )
+    for one in [res] if not roles else [r.resolution for r in roles]:
+        if not roles:
+            lines += capacity_lines(one)
+        if one.clique_key is not None:
+            lines.append(
+                f"  NVLink cliques ({one.clique_key}) that can hold a {one.pods_per_replica}-pod group: "
+                + (", ".join(one.placement.holding_cliques) or "none")
+            )
     lines.append("  objects: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))
-    for title, args in _pod_args(objects):
-        lines.append(f"  {title}vllm serve " + " ".join(args))
+    lines += _argv_lines(objects)
     return "\n".join(lines) + "\n"
 
 
@@ -107,6 +122,17 @@ def _pod_args(objects: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _argv_lines(objects: Sequence[dict[str, Any]]) -> list[str]:
+    """Each pod's ``vllm serve`` line; a disaggregated serving's under a line naming the role."""
+    lines: list[str] = []
+    for role in dict.fromkeys(o["metadata"]["labels"].get(LABEL_PD_ROLE) for o in objects):
+        if role is not None:
+            lines.append(f"  {role} pods:")
+        mine = [o for o in objects if o["metadata"]["labels"].get(LABEL_PD_ROLE) == role]
+        lines += [f"  {title}vllm serve " + " ".join(args) for title, args in _pod_args(mine)]
+    return lines
+
+
 def format_preview(
     args: argparse.Namespace,
     obj: ServingObject,
@@ -115,9 +141,11 @@ def format_preview(
     objects: Sequence[dict[str, Any]],
     nodes: int,
     actions: Sequence[str] | None = None,
+    roles: Sequence[RoleDecision] = (),
 ) -> str:
     """One DeepSeekServing's preview in the chosen format (``actions``: with --from-cluster,
-    what the operator would do against that cluster, one line each)."""
+    what the operator would do against that cluster, one line each; ``roles``: a disaggregated
+    serving's decision per role)."""
     if args.output == "json":
         doc: dict[str, Any] = {"status": status_dict(status), "objects": objects}
         if actions is not None:
@@ -132,7 +160,7 @@ def format_preview(
         return "".join(f"# {line}\n" for line in header.splitlines()) + yaml.dump_all(
             objects, Dumper=_NoAliasDumper, sort_keys=False, width=100
         )
-    text = _text_report(obj, res, status, objects, nodes)
+    text = _text_report(obj, res, status, objects, nodes, roles)
     if actions is not None:
         text += "\nActions against the cluster (nothing is written):\n"
         text += "".join(f"  {a}\n" for a in actions) if actions else "  none\n"

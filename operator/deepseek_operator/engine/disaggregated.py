@@ -1,0 +1,196 @@
+"""The decision for a disaggregated serving: one full decision per role, then the pair.
+
+Each role's projected spec (:meth:`~deepseek_operator.api.spec.DeepSeekServingSpec.for_role`)
+gets today's whole decision (:func:`.decision.resolve`: ``auto`` with every guard, explicit
+backends checked, sequence parallelism, NVLink / clique placement, capacity) against the same
+inventory, plus the KV-transfer refusals of :mod:`.kv_transfer_checks`. The MoE backend is not in
+vLLM's NIXL compatibility hash, so the roles may decide differently; what the hash covers is
+shared by construction (api/roles.py).
+
+The pair adds two checks to both roles: ``KVTransferPath`` (informational), whether some NVLink
+clique has eligible nodes of both roles (KV blocks can then move over multi-node NVLink) or the
+transfer goes over RDMA (UCX ``rc``); and ``RolesFitTogether``, whether the eligible nodes hold
+both pools at once (each role's own capacity counts the nodes as if it were alone): when they
+do not, both roles are not placeable, with that reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from deepseek_operator.api.roles import KV_ROLES, ROLE_KINDS
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.engine.checks import CheckCategory, CheckResult, check, short_list
+from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.resolution import KVTransfer, Resolution
+from deepseek_operator.engine.stability import PreviousDecision
+from deepseek_operator.names import REASON_INSUFFICIENT_NODES
+from deepseek_operator.nodes.facts import NodeInventory
+
+Memo = Callable[[Hashable, Callable[[], Any]], Any]
+"""``memo(key, compute)``: the inventory's memo (the same decision is computed once)."""
+
+
+@dataclass(frozen=True)
+class RoleDecision:
+    """One role's decision: its kind, the spec it runs (projected) and the resolution."""
+
+    role: str
+    spec: DeepSeekServingSpec
+    resolution: Resolution
+
+
+def _cliques(inventory: NodeInventory, res: Resolution) -> set[str]:
+    """The NVLink cliques of the role's eligible nodes."""
+    out = set()
+    for name in res.eligible_nodes:
+        facts = inventory.named(name)
+        if facts is not None and facts.clique:
+            out.add(facts.clique)
+    return out
+
+
+def transfer_path(shared: set[str], placeable: bool) -> CheckResult:
+    """Informational: does KV transfer stay inside an NVLink clique, or go over RDMA?"""
+    if shared:
+        message = (
+            "prefill and decode have eligible nodes in the NVLink clique(s) "
+            f"{short_list(sorted(shared))}: KV blocks can move over multi-node NVLink "
+            "(UCX cuda_ipc, UCX_CUDA_IPC_ENABLE_MNNVL=y), RDMA (UCX rc) otherwise"
+        )
+        return check("KVTransferPath", CheckCategory.INFO, "", passed=True, message=message)
+    message = (
+        "no NVLink clique has eligible nodes of both roles"
+        + ("" if placeable else " (a role has no eligible node)")
+        + ": KV blocks move over RDMA (UCX rc); without rc in UCX_TLS NIXL would fall back to "
+        "TCP"
+    )
+    return check("KVTransferPath", CheckCategory.INFO, "", passed=False, message=message)
+
+
+def _fit_together(
+    inventory: NodeInventory, decided: list[RoleDecision], resource: str
+) -> dict[str, tuple[int, int]]:
+    """Pods of each role placed when both pools share the nodes: (placed, wanted) per role.
+
+    Best fit, the role with fewer eligible nodes first. Clique confinement of multi-pod groups
+    is each role's own placement's to check; this one asks only whether the GPUs suffice.
+    """
+    free: dict[str, int] = {}
+    out: dict[str, tuple[int, int]] = {}
+    for d in sorted(decided, key=lambda d: len(d.resolution.eligible_nodes)):
+        res = d.resolution
+        wanted, placed = res.replicas * res.pods_per_replica, 0
+        for _ in range(wanted):
+            fits = []
+            for name in res.eligible_nodes:
+                if name not in free:
+                    facts = inventory.named(name)
+                    free[name] = facts.gpus(resource) if facts else 0
+                if free[name] >= res.gpus_per_pod:
+                    fits.append(name)
+            if not fits:
+                break
+            best = min(fits, key=lambda n: (free[n], n))
+            free[best] -= res.gpus_per_pod
+            placed += 1
+        out[d.role] = (placed, wanted)
+    return out
+
+
+def fit_together(
+    inventory: NodeInventory, decided: list[RoleDecision], resource: str
+) -> CheckResult:
+    """Both pools fit on the eligible nodes at once (each role's own Capacity counts it alone)."""
+    fit = _fit_together(inventory, decided, resource)
+    parts = ", ".join(
+        f"{d.role} {fit[d.role][0]}/{fit[d.role][1]} pod(s) of {d.resolution.gpus_per_pod} GPUs"
+        for d in decided
+    )
+    ok = all(placed == wanted for placed, wanted in fit.values())
+    message = (
+        f"both pools fit on the eligible nodes together: {parts}"
+        if ok
+        else f"the eligible nodes hold each pool alone but not both together: {parts} placed; "
+        "add nodes, or fewer replicas or GPUs in a role"
+    )
+    return check("RolesFitTogether", CheckCategory.PLACEMENT, "", passed=ok, message=message)
+
+
+def inference_pool_check(spec: DeepSeekServingSpec, apis: ClusterApis) -> CheckResult | None:
+    """Informational, with an endpoint picker: is the InferencePool written (its CRD served)?"""
+    d = spec.disaggregation
+    if d is None or d.endpoint_picker is None:
+        return None
+    if apis.inference_pool:
+        message = (
+            f"InferencePool over both roles' HTTP pods, endpoint picker "
+            f"{d.endpoint_picker.name}:{d.endpoint_picker.port}"
+        )
+    else:
+        message = (
+            "the cluster does not serve inference.networking.k8s.io/v1 InferencePool: install "
+            "the Gateway API Inference Extension CRDs for the operator to write it"
+        )
+    return check(
+        "InferencePool", CheckCategory.INFO, "", passed=apis.inference_pool, message=message
+    )
+
+
+def resolve_roles(
+    spec: DeepSeekServingSpec,
+    inventory: NodeInventory,
+    previous: Mapping[str, PreviousDecision],
+    apis: ClusterApis | None,
+    memo: Memo | None = None,
+) -> tuple[RoleDecision, ...]:
+    """Every role's decision for disaggregated ``spec``, in :data:`ROLE_KINDS` order.
+
+    ``previous``: the decision running for each role (stability per role); ``memo``: shares a
+    role's decision between reconciles on the same inventory (default: none).
+    """
+    assert spec.disaggregation is not None
+    connector = spec.disaggregation.kv_connector
+    decided = []
+    for kind in ROLE_KINDS:
+        role_spec = spec.for_role(kind)
+        kv_role = KV_ROLES[kind]
+        prev = previous.get(kind)
+
+        def compute(s: DeepSeekServingSpec = role_spec, r: str = kv_role, p: Any = prev) -> Any:
+            return resolve(s, inventory, p, apis, kv_role=r)
+
+        key = ("resolve", role_spec.model_dump_json(), prev, apis, kv_role)
+        res: Resolution = memo(key, compute) if memo else compute()
+        decided.append(RoleDecision(kind, role_spec, res))
+    cliques = [_cliques(inventory, d.resolution) for d in decided]
+    shared = set.intersection(*cliques) if cliques else set()
+    placeable = all(d.resolution.placement.placeable for d in decided)
+    path = transfer_path(shared, placeable)
+    routing = inference_pool_check(spec, apis or ClusterApis())
+    together = fit_together(inventory, decided, spec.gpu_resource_name) if placeable else None
+    out = []
+    for d in decided:
+        transfer = KVTransfer(
+            kv_role=KV_ROLES[d.role], connector=connector, role=d.role, nvlink=bool(shared)
+        )
+        placement = d.resolution.placement
+        checks = (*d.resolution.checks, path, *([routing] if routing else []))
+        if together is not None:
+            checks = (*checks, together)
+            if not together.passed:
+                placement = dataclasses.replace(
+                    placement,
+                    placeable=False,
+                    reason=REASON_INSUFFICIENT_NODES,
+                    message=together.message,
+                )
+        res = dataclasses.replace(
+            d.resolution, checks=checks, kv_transfer=transfer, placement=placement
+        )
+        out.append(dataclasses.replace(d, resolution=res))
+    return tuple(out)

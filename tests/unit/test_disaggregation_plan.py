@@ -1,0 +1,316 @@
+"""A disaggregated DeepSeekServing through plan(): a decision, workload, Service and status per
+role, the KV-transfer flags, env and ports, the KV-transfer refusals, and never half a pair."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+
+from deepseek_operator.actions.roles import plan_decision_actions, rolling_roles
+from deepseek_operator.api.load import parse_serving
+from deepseek_operator.nodes.facts import NodeInventory, build_inventory
+from deepseek_operator.plan import Observed, Plan, plan
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NOW = "2026-12-04T00:00:00Z"
+
+
+def _raw(name: str = "dsv41-flash-1p1d-gb200.yaml") -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "examples" / name).read_text())
+
+
+def _nodes(name: str) -> NodeInventory:
+    return build_inventory(yaml.safe_load((ROOT / "examples" / name).read_text())["items"])
+
+
+def _plan(raw: dict[str, Any], nodes: str = "nodes-gb200.yaml", **kw: Any) -> Plan:
+    return plan(
+        parse_serving(copy.deepcopy(raw)),
+        _nodes(nodes),
+        kw.get("observed", Observed.offline()),
+        NOW,
+    )
+
+
+def _role(raw: dict[str, Any], kind: str) -> dict[str, Any]:
+    role: dict[str, Any] = next(
+        r for r in raw["spec"]["disaggregation"]["roles"] if r["role"] == kind
+    )
+    return role
+
+
+def _workload(p: Plan, role: str) -> dict[str, Any]:
+    return next(
+        o
+        for o in p.objects
+        if o["kind"] in ("Deployment", "LeaderWorkerSet") and o["metadata"]["name"].endswith(role)
+    )
+
+
+def _container(template: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = template["spec"]["containers"][0]
+    return container
+
+
+def test_each_role_gets_a_workload_and_a_service_named_after_it() -> None:
+    p = _plan(_raw())
+    assert [(o["kind"], o["metadata"]["name"]) for o in p.objects] == [
+        ("Deployment", "dsv41-pd-prefill"),
+        ("Service", "dsv41-pd-prefill-api"),
+        ("Deployment", "dsv41-pd-decode"),
+        ("Service", "dsv41-pd-decode-api"),
+    ]
+    for role in ("prefill", "decode"):
+        deployment = _workload(p, role)
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector["serving.deepseek-operator.io/pd-role"] == role
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert labels["llm-d.ai/role"] == role
+        # The serving's own name, not the role's, names the owner and the serving label.
+        assert deployment["metadata"]["labels"]["serving.deepseek-operator.io/name"] == "dsv41-pd"
+        service = next(o for o in p.objects if o["metadata"]["name"] == f"dsv41-pd-{role}-api")
+        assert service["spec"]["selector"] == selector
+
+
+@pytest.mark.parametrize(
+    ("role", "kv_role"), [("prefill", "kv_producer"), ("decode", "kv_consumer")]
+)
+def test_each_role_renders_its_kv_role_the_side_channel_and_ucx(role: str, kv_role: str) -> None:
+    container = _container(_workload(_plan(_raw()), role)["spec"]["template"])
+    args = container["args"]
+    config = json.loads(args[args.index("--kv-transfer-config") + 1])
+    assert config == {"kv_connector": "NixlConnector", "kv_role": kv_role}
+    # Before the extraArgs, which come last and verbatim.
+    assert args.index("--kv-transfer-config") < args.index("--language-model-only")
+    env = {e["name"]: e for e in container["env"]}
+    assert (
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    )
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"]["value"] == "5600"
+    assert "rc" in env["UCX_TLS"]["value"].split(",")
+    assert {"name": "nixl-0", "containerPort": 5600, "protocol": "TCP"} in container["ports"]
+
+
+def test_roles_decide_their_own_backend_and_batch_shape() -> None:
+    p = _plan(_raw())
+    prefill, decode = p.roles
+    assert (prefill.role, prefill.resolution.reason) == ("prefill", "Explicit")
+    assert (decode.role, decode.resolution.reason) == ("decode", "MegaMoESelected")
+    args = {
+        r: _container(_workload(p, r)["spec"]["template"])["args"] for r in ("prefill", "decode")
+    }
+    assert args["prefill"][args["prefill"].index("--max-num-batched-tokens") + 1] == "16384"
+    assert args["decode"][args["decode"].index("--max-num-batched-tokens") + 1] == "1024"
+    assert "--enforce-eager" in args["prefill"] and "--enforce-eager" not in args["decode"]
+    status = p.status
+    assert status.roles is not None and [r.role for r in status.roles] == ["prefill", "decode"]
+    assert status.resolved is None
+    resolved = {c.type: c for c in status.conditions}["BackendResolved"]
+    assert (resolved.status, resolved.reason) == ("True", "RolesResolved")
+    assert resolved.message.startswith("prefill: ") and " | decode: " in resolved.message
+
+
+def test_a_role_that_cannot_run_renders_neither_role() -> None:
+    # Explicit MegaMoE needs SM100; on H200 nodes the prefill role cannot run.
+    p = _plan(_raw(), "nodes-h200.yaml")
+    assert p.objects == []
+    resolved = {c.type: c for c in p.status.conditions}["BackendResolved"]
+    assert resolved.status == "False"
+    assert resolved.reason == p.roles[0].resolution.reason != "RolesResolved"
+    assert p.resolution is p.roles[0].resolution  # the role that cannot run speaks for the pair
+
+
+def _failed(p: Plan, role: str) -> dict[str, str]:
+    res = next(d.resolution for d in p.roles if d.role == role)
+    return {c.name: c.message for c in res.checks if not c.passed}
+
+
+def test_decode_with_prefill_context_parallel_is_refused_by_nixl() -> None:
+    raw = _raw()
+    _role(raw, "decode")["parallelism"]["prefillContextParallelSize"] = 2
+    failed = _failed(_plan(raw), "decode")
+    assert "kv_producer only" in failed["KVTransferContextParallel"]
+    # V4.1's own PCP guard refuses KV transfer too (0.33.0).
+    assert "KV transfer (a disaggregated role)" in failed["ContextParallel"]
+
+
+@pytest.mark.parametrize(("dcp", "refused"), [(2, True), (4, False)])
+def test_decode_context_parallel_must_be_one_or_the_transfer_tp(dcp: int, refused: bool) -> None:
+    raw = _raw()  # TP4: the NIXL transfer parallel size is 4
+    _role(raw, "decode")["parallelism"]["decodeContextParallelSize"] = dcp
+    assert ("KVTransferDecodeContextParallel" in _failed(_plan(raw), "decode")) is refused
+
+
+def test_prefill_context_parallel_with_dcp_needs_tp1_and_dcp_equal_to_pcp() -> None:
+    raw = _raw()
+    _role(raw, "prefill")["parallelism"].update(
+        prefillContextParallelSize=2, decodeContextParallelSize=2
+    )
+    failed = _failed(_plan(raw), "prefill")
+    assert "PCP+DCP requires TP1" in failed["KVTransferContextParallel"]
+
+
+@pytest.mark.parametrize(("cumem", "refused"), [(False, True), (True, False)])
+def test_expandable_segments_need_the_cumem_allocator(cumem: bool, refused: bool) -> None:
+    raw = _raw()
+    raw["spec"]["env"].append(
+        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
+    )
+    args = raw["spec"]["engine"]["extraArgs"]
+    if not cumem:
+        args.remove("--enable-cumem-allocator")
+    failed = _failed(_plan(raw), "prefill")
+    assert ("KVTransferAllocator" in failed) is refused
+
+
+def test_the_aggregated_serving_has_no_roles_and_no_kv_transfer() -> None:
+    p = _plan(_raw("dsv41-flash-gb200.yaml"))
+    assert p.roles == () and p.status.roles is None
+    args = _container(p.objects[0]["spec"]["template"])["args"]
+    assert "--kv-transfer-config" not in args
+    assert not any(c.name.startswith("KVTransfer") for c in p.resolution.checks)
+
+
+def _dep8(raw: dict[str, Any]) -> dict[str, Any]:
+    for role in raw["spec"]["disaggregation"]["roles"]:
+        role["parallelism"] = {
+            "tensorParallelSize": 1,
+            "dataParallelSize": 8,
+            "dataParallelSizeLocal": 4,
+            "expertParallel": True,
+        }
+    return raw
+
+
+def test_a_multi_pod_role_declares_the_side_channel_port_of_each_dp_rank() -> None:
+    p = _plan(_dep8(_raw()), "nodes-gb200-two-racks.yaml")
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in p.objects]
+    # One ComputeDomain for both roles, so their pods share an IMEX domain.
+    assert kinds.count(("ComputeDomain", "dsv41-pd-imex")) == 1
+    lws = _workload(p, "decode")["spec"]["leaderWorkerTemplate"]
+    leader = [q["containerPort"] for q in _container(lws["leaderTemplate"])["ports"][1:]]
+    worker = [q["containerPort"] for q in _container(lws["workerTemplate"])["ports"][1:]]
+    assert (leader, worker) == ([5600, 5601, 5602, 5603], [5604, 5605, 5606, 5607])
+    # Both roles have eligible trays in one clique: MNNVL for UCX, and each role's pods prefer
+    # the clique where the other role's pods run.
+    env = {e["name"]: e.get("value") for e in _container(lws["leaderTemplate"])["env"]}
+    assert env["UCX_CUDA_IPC_ENABLE_MNNVL"] == "y"
+    preferred = lws["leaderTemplate"]["spec"]["affinity"]["podAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    peer = preferred[0]["podAffinityTerm"]
+    assert peer["labelSelector"]["matchExpressions"][0]["values"] == ["decode"]
+    assert (
+        peer["topologyKey"]
+        == lws["leaderTemplate"]["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ][0]["topologyKey"]
+    )
+
+
+def _observed_after(p: Plan) -> Observed:
+    children = {(o["kind"], o["metadata"]["name"]): o for o in p.objects}
+    return Observed(generation=1, status=p.status, children=children)
+
+
+def test_a_decode_backend_change_rolls_the_decode_pool_only() -> None:
+    raw = _raw()
+    before = _plan(raw)
+    _role(raw, "decode")["moeBackend"] = "flashinfer_trtllm"
+    after = _plan(raw)
+    assert rolling_roles(_observed_after(before), after) == ["decode"]
+    events = [
+        a.message
+        for a in plan_decision_actions(_observed_after(before), after)
+        if hasattr(a, "message")
+    ]
+    assert any("the decode pool only" in m for m in events)
+
+
+def test_a_kv_cache_dtype_change_rolls_both_pools() -> None:
+    raw = _raw()
+    before = _plan(raw)
+    raw["spec"]["engine"]["kvCacheDtype"] = "auto"
+    assert rolling_roles(_observed_after(before), _plan(raw)) == ["prefill", "decode"]
+
+
+def _too_big() -> dict[str, Any]:
+    raw = _raw()
+    _role(raw, "prefill")["replicas"] = 2
+    _role(raw, "decode")["replicas"] = 3  # 5 trays' worth on 4 trays
+    return raw
+
+
+def test_a_shape_that_fits_each_pool_alone_but_not_both_is_not_placeable() -> None:
+    p = _plan(_too_big())
+    for decided in p.roles:
+        assert decided.resolution.placement.capacity >= decided.resolution.replicas  # alone: fits
+        assert not decided.resolution.placement.placeable
+        assert "decode 2/3 pod(s)" in decided.resolution.placement.message
+    placeable = {c.type: c for c in p.status.conditions}["Placeable"]
+    assert (placeable.status, placeable.reason) == ("False", "InsufficientNodes")
+
+
+def test_render_refuses_a_shape_that_cannot_be_placed_in_one_line(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(_too_big()))
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path)),
+            *("--nodes", str(ROOT / "examples/nodes-gb200.yaml")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 1 and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and "spec.disaggregation.roles: cannot be placed" in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def _with_picker(raw: dict[str, Any]) -> dict[str, Any]:
+    raw["spec"]["disaggregation"]["endpointPicker"] = {"name": "llm-d-epp", "port": 9002}
+    return raw
+
+
+def test_an_endpoint_picker_gets_an_inference_pool_over_the_http_pods() -> None:
+    p = _plan(_with_picker(_dep8(_raw())), "nodes-gb200-two-racks.yaml")
+    pool = next(o for o in p.objects if o["kind"] == "InferencePool")
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    assert pool["spec"]["endpointPickerRef"] == {"name": "llm-d-epp", "port": {"number": 9002}}
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    selector = pool["spec"]["selector"]["matchLabels"]
+    for role in ("prefill", "decode"):
+        lws = _workload(p, role)["spec"]["leaderWorkerTemplate"]
+        leader = lws["leaderTemplate"]["metadata"]["labels"]
+        worker = lws["workerTemplate"]["metadata"]["labels"]
+        assert selector.items() <= leader.items()  # the leader serves HTTP: in the pool
+        assert not selector.items() <= worker.items()  # a headless worker does not
+    checks = {c.name: c for c in p.roles[0].resolution.checks}
+    assert checks["InferencePool"].passed
+
+
+def test_no_inference_pool_without_its_crd_or_without_an_endpoint_picker() -> None:
+    from deepseek_operator.engine.cluster_apis import ClusterApis
+
+    raw = _with_picker(_raw())
+    p = plan(
+        parse_serving(raw),
+        _nodes("nodes-gb200.yaml"),
+        Observed.offline(),
+        NOW,
+        ClusterApis(inference_pool=False),
+    )
+    assert "InferencePool" not in [o["kind"] for o in p.objects]
+    check = next(c for c in p.roles[1].resolution.checks if c.name == "InferencePool")
+    assert not check.passed and "Gateway API Inference Extension" in check.message
+    assert "InferencePool" not in [o["kind"] for o in _plan(_raw()).objects]
