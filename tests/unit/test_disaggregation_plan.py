@@ -234,6 +234,24 @@ def test_a_decode_backend_change_rolls_the_decode_pool_only() -> None:
     assert any("the decode pool only" in m for m in events)
 
 
+def test_rolling_reads_children_as_the_stores_keep_them_packed() -> None:
+    from deepseek_operator.actions import PACKED_BODY, pack_body
+
+    raw = _raw()
+    before = _plan(raw)
+    _role(raw, "decode")["moeBackend"] = "flashinfer_trtllm"
+    children = {
+        (o["kind"], o["metadata"]["name"]): {
+            "kind": o["kind"],
+            "metadata": {"name": o["metadata"]["name"]},
+            PACKED_BODY: pack_body(o),
+        }
+        for o in before.objects
+    }
+    observed = Observed(generation=1, status=before.status, children=children)
+    assert rolling_roles(observed, _plan(raw)) == ["decode"]
+
+
 def test_a_kv_cache_dtype_change_rolls_both_pools() -> None:
     raw = _raw()
     before = _plan(raw)

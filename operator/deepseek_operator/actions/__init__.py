@@ -33,6 +33,7 @@ from deepseek_operator.actions.children import (
     foreign_message,
     pack_body,
     split_children,
+    unpacked_body,
 )
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import (
@@ -339,5 +340,6 @@ __all__ = [
     "next_failures",
     "pack_body",
     "split_children",
+    "unpacked_body",
     "write_actions",
 ]

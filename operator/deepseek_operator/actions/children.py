@@ -67,13 +67,20 @@ def pack_body(body: Mapping[str, Any]) -> bytes:
     return zlib.compress(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), 1)
 
 
+def unpacked_body(live: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The whole body of a child as the stores keep it (its :data:`PACKED_BODY` unpacked), or
+    ``live`` itself when it carries none."""
+    packed = live.get(PACKED_BODY)
+    if isinstance(packed, bytes):
+        body: dict[str, Any] = json.loads(zlib.decompress(packed))
+        return body
+    return live
+
+
 def drifted(live: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
     """Whether ``live`` no longer holds every field of ``manifest`` (:func:`contains`), reading
     a reduced child's packed body when the store keeps it so."""
-    packed = live.get(PACKED_BODY)
-    if isinstance(packed, bytes):
-        return not contains(json.loads(zlib.decompress(packed)), manifest)
-    return not contains(live, manifest)
+    return not contains(unpacked_body(live), manifest)
 
 
 def split_children(

@@ -10,10 +10,9 @@ hash covers, which lives in the shared spec, rolls both).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from deepseek_operator.actions import PACKED_BODY, PostEvent, decision_actions
+from deepseek_operator.actions import PostEvent, decision_actions, unpacked_body
 from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.names import ANNOTATION_TEMPLATE_HASH, EVENT_ROLLING, LABEL_PD_ROLE, LWS_KIND
 from deepseek_operator.plan import Observed, Plan
@@ -36,10 +35,8 @@ def _role_view(observed: Observed, role: str) -> Observed:
 
 
 def _hash(body: Any) -> str | None:
-    # The operator's child stores keep most of a body as packed JSON (actions/children.py).
-    packed = (body or {}).get(PACKED_BODY)
-    if isinstance(packed, bytes):
-        body = json.loads(packed)
+    # The operator's child stores keep most of a body packed (actions/children.py).
+    body = unpacked_body(body or {})
     annotations = ((body or {}).get("metadata") or {}).get("annotations") or {}
     value = annotations.get(ANNOTATION_TEMPLATE_HASH)
     return value if isinstance(value, str) else None
