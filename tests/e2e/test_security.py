@@ -147,7 +147,7 @@ def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_use
             proc = create_as(cp, user, doc)
             return proc.stderr if proc.returncode != 0 and policy in proc.stderr else None
 
-        first = wait_for(refused, timeout=30, what="the serving admission policy to take effect")
+        first = wait_for(refused, timeout=120, what="the serving admission policy to take effect")
         assert f"spec: {user} may not create pods in namespace {namespace}" in first, first
 
         grant(
@@ -257,7 +257,7 @@ def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_use
             )  # fmt: skip
             return proc.stderr if proc.returncode != 0 else None
 
-        err = wait_for(spec_refused, timeout=30, what="the revoked pods right to count")
+        err = wait_for(spec_refused, timeout=120, what="the revoked pods right to count")
         assert f"{user} may not create pods" in err, err
     finally:
         remove(cp, docs)
@@ -272,7 +272,7 @@ def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_use
             proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=doc, check=False)
             return proc.stderr if proc.returncode != 0 else None
 
-        err = wait_for(image_refused, timeout=30, what="the image allowlist to take effect")
+        err = wait_for(image_refused, timeout=120, what="the image allowlist to take effect")
         assert "spec.image: vllm/vllm-openai:" in err and "registry.example.com/vllm/" in err
         allowed = copy.deepcopy(doc)
         allowed["spec"]["image"] = "registry.example.com/vllm/vllm-openai:v0.20"
