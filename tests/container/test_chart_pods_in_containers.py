@@ -166,9 +166,22 @@ class PodContainer:
         self.image.docker("rm", "--force", self.name, check=False)
 
 
-def install_chart(cp: ControlPlane, namespace: str) -> tuple[str, list[dict[str, Any]]]:
+@pytest.fixture
+def releases(full_cluster: ControlPlane) -> Iterator[list[tuple[str, str]]]:
+    """(release, namespace) of each chart a test installs, uninstalled after it: the chart's
+    admission policies are cluster-scoped and would fence the session's later tests."""
+    made: list[tuple[str, str]] = []
+    yield made
+    for release, namespace in made:
+        helm(full_cluster, "uninstall", release, "-n", namespace, "--wait", "--timeout=120s")
+
+
+def install_chart(
+    cp: ControlPlane, namespace: str, releases: list[tuple[str, str]]
+) -> tuple[str, list[dict[str, Any]]]:
     """``helm install`` the chart with the image built here; (peering name, manifests)."""
     release = f"dso-{uuid.uuid4().hex[:5]}"
+    releases.append((release, namespace))
     peering = f"{release}-peering"  # cluster-scoped: unique per test
     helm(cp, "install", release, str(CHART), "-n", namespace,
          "--set", f"operator.peering.name={peering}",
@@ -199,9 +212,10 @@ def test_operator_image_runs_in_cluster_config_on_the_charts_rbac(
     node_factory: Any,
     tmp_path: pathlib.Path,
     pod_container: PodContainer,
+    releases: list[tuple[str, str]],
 ) -> None:
     cp = full_cluster
-    peering, docs = install_chart(cp, namespace)
+    peering, docs = install_chart(cp, namespace, releases)
     deploy = component(docs, "Deployment", "operator")
     pod_spec = deploy["spec"]["template"]["spec"]
     container = pod_spec["containers"][0]
@@ -267,6 +281,7 @@ def test_agent_image_on_a_gpu_node_without_nvml_publishes_present_false_only(
     node_factory: Any,
     tmp_path: pathlib.Path,
     pod_container: PodContainer,
+    releases: list[tuple[str, str]],
 ) -> None:
     # The agent runs where the DaemonSet put its pod, with that pod's token; this machine has no
     # NVIDIA driver, so NVML is missing: the agent must say so once, publish present=false,
@@ -282,7 +297,7 @@ def test_agent_image_on_a_gpu_node_without_nvml_publishes_present_false_only(
             )
         )  # fmt: skip
     before = {n: cp.kubectl_json("get", "node", n)["metadata"]["labels"] for n in (own, other)}
-    _, docs = install_chart(cp, namespace)
+    _, docs = install_chart(cp, namespace, releases)
     daemonset = component(docs, "DaemonSet", "agent")
     pod_spec = daemonset["spec"]["template"]["spec"]
     container = pod_spec["containers"][0]
