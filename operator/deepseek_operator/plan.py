@@ -31,9 +31,9 @@ from deepseek_operator.names import (
 )
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.render.kv_transfer import inference_pool, with_template_hash
+from deepseek_operator.render.metadata import child_metadata as render_service_metadata
 from deepseek_operator.render.role_status import disaggregated_status, role_status
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
-from deepseek_operator.render.workload import child_metadata as render_service_metadata
 from deepseek_operator.render.workload import render_objects
 
 ChildKey = tuple[str, str]

@@ -18,29 +18,16 @@ from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import (
     ANNOTATION_BACKEND,
     ANNOTATION_SEQUENCE_PARALLEL,
-    API_VERSION,
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_CLAIM,
     COMPUTE_DOMAIN_KIND,
     DRA_API_VERSION,
-    KIND,
     LABEL_COMPONENT,
-    LABEL_ENDPOINT,
-    LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
-    LABEL_NAME,
-    LABEL_PART_OF,
-    LABEL_PD_ROLE,
     LABEL_ROLE,
-    LABEL_SERVING,
-    LLM_D_ROLE_LABEL,
     LWS_API_VERSION,
     LWS_KIND,
-    MANAGED_BY,
-    PROJECT,
     RESOURCE_CLAIM_TEMPLATE_KIND,
     SERVICE_SUFFIX,
-    SERVING_APP_NAME,
 )
 from deepseek_operator.render.affinity import group_affinity, node_affinity
 from deepseek_operator.render.argv import PodRole, vllm_args
@@ -52,71 +39,16 @@ from deepseek_operator.render.kv_transfer import (
     kv_transfer_config,
     peer_affinity,
 )
+from deepseek_operator.render.metadata import (
+    _metadata,
+    _pod_labels,
+    common_labels,
+    selector_labels,
+)
 
 # Long weight loads: 20+ minutes for V4.1's 476 GiB is normal; allow two hours before restarting.
 STARTUP_PROBE_PERIOD_S = 15
 STARTUP_PROBE_FAILURES = 480
-
-
-def selector_labels(obj: ServingObject) -> dict[str, str]:
-    """Labels that select this DeepSeekServing's serving pods (of one role, for a role)."""
-    labels = {LABEL_NAME: SERVING_APP_NAME, LABEL_INSTANCE: obj.serving_name}
-    if obj.role:
-        labels[LABEL_PD_ROLE] = obj.role
-    return labels
-
-
-def common_labels(obj: ServingObject) -> dict[str, str]:
-    """Labels on every child object."""
-    return {
-        **selector_labels(obj),
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_PART_OF: PROJECT,
-        LABEL_SERVING: obj.serving_name,
-    }
-
-
-def _pod_labels(obj: ServingObject, head: bool) -> dict[str, str]:
-    """A role's pods also carry the role label llm-d's endpoint picker reads, and those that
-    serve HTTP the label an InferencePool selects."""
-    if not obj.role:
-        return {}
-    return {LLM_D_ROLE_LABEL: obj.role, **({LABEL_ENDPOINT: "true"} if head else {})}
-
-
-def owner_references(obj: ServingObject) -> list[dict[str, Any]]:
-    """The controller owner reference (empty offline, where the uid is unknown)."""
-    if not obj.uid:
-        return []
-    return [
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "name": obj.serving_name,
-            "uid": obj.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
-
-
-def _metadata(
-    obj: ServingObject, name: str, extra_labels: dict[str, str] | None = None
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": obj.namespace,
-        "labels": {**common_labels(obj), **(extra_labels or {})},
-    }
-    owners = owner_references(obj)
-    if owners:
-        meta["ownerReferences"] = owners
-    return meta
-
-
-def child_metadata(obj: ServingObject) -> dict[str, Any]:
-    """The metadata of a serving-wide child (labels and owner, no role), named after it."""
-    return _metadata(obj, obj.name, {LABEL_COMPONENT: "routing"})
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
