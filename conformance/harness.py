@@ -294,13 +294,25 @@ def redundant_expert_cases() -> Iterator[Case]:
 
 
 def example_cases() -> Iterator[Case]:
-    """Every DeepSeekServing under examples/."""
+    """Every aggregated DeepSeekServing under examples/.
+
+    A disaggregated example is decided per role (its roles' layouts, backends and extraArgs),
+    which this spec-level matrix cannot express: the P/D harness checks those
+    (:func:`conformance.pd_harness.example_cases`).
+    """
+    for path, doc in example_servings():
+        if "disaggregation" not in doc["spec"]:
+            yield Case(f"examples/{path.name}", doc["spec"])
+
+
+def example_servings() -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every DeepSeekServing document under examples/, with its file."""
     import yaml
 
     for path in sorted((ROOT / "examples").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "DeepSeekServing":
-                yield Case(f"examples/{path.name}", doc["spec"])
+                yield path, doc
 
 
 # Our admission rules (CEL + pydantic) → the check name standing for the same vLLM rule.

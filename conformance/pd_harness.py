@@ -14,7 +14,13 @@ b. the release's own ``compute_nixl_compatibility_hash`` is the same on every po
 
 And per spec we refuse because a role's extraArgs would change a hashed factor: the release's
 hash of the two roles differs (or a role's argv is refused), i.e. we refuse nothing vLLM accepts
-as compatible. It prints a table per release and exits non-zero on any mismatch.
+as compatible.
+
+The disaggregated examples under examples/ run on every release too: one we accept must pass
+(a) and (b); one we refuse for the release (a role's extraArgs option or backend the release does
+not have) must have a pod argv the release's own parser refuses; any other refusal of an example
+on the NVL72 inventory is a mismatch. It prints a table per release and exits non-zero on any
+mismatch.
 
 Usage: python -m conformance.pd_harness [--release X ...] [--limit N]
 """
@@ -31,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.harness import pod_env
+from conformance.harness import example_servings, pod_env
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.catalog.vllm import supported_releases
 from deepseek_operator.errors import SpecError
@@ -135,6 +141,32 @@ def negatives(release: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+# Our refusals of a role that stand for the release's parser refusing the role's argv.
+ARGV_REFUSALS = frozenset({"ExtraArgsInRelease", "KnownMoEBackend"})
+
+
+def example_cases(release: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every disaggregated example, asked of ``release``."""
+    out = []
+    for path, doc in example_servings():
+        if "disaggregation" in doc["spec"]:
+            raw = copy.deepcopy(doc)
+            raw["spec"]["vllmVersion"] = release
+            out.append((f"examples/{path.name}", raw))
+    return out
+
+
+def refusals(obj: ServingObject, inventory: Any) -> set[str]:
+    """The names of the checks that make some role of ``obj`` unrunnable on ``inventory``."""
+    planned = plan(obj, inventory, Observed.offline(), NOW)
+    return {
+        c.name
+        for d in planned.roles
+        if not d.resolution.backend_runnable
+        for c in d.resolution.failed_checks
+    }
+
+
 def _pods(obj: ServingObject, inventory: Any) -> list[dict[str, Any]]:
     """Every pod template's argv of both roles, rendered whether or not the role can run."""
     planned = plan(obj, inventory, Observed.offline(), NOW)
@@ -212,7 +244,26 @@ def run_release(release: str, limit: int | None) -> tuple[dict[str, int], list[s
         for case_id, state in expect.items()
         if state == "accepted-negative"
     ]
-    counts = {"specs": len(accepted), "pods": 0, "hash_disagreements": 0, "negatives": 0}
+    examples = example_cases(release)
+    for case_id, raw in examples:
+        obj = parse_serving(copy.deepcopy(raw))
+        ours = refusals(obj, inventory)
+        cases.append({"id": case_id, "model": MODEL_GEOMETRY, "pods": _pods(obj, inventory)})
+        if not ours:
+            expect[case_id] = "accepted"
+        elif ours <= ARGV_REFUSALS:
+            expect[case_id] = "refused-argv"
+        else:
+            expect[case_id] = "refused-other"
+            mismatches.append(f"{case_id}: refused by us on the NVL72 inventory: {sorted(ours)}")
+    counts = {
+        "specs": len(accepted),
+        "pods": 0,
+        "hash_disagreements": 0,
+        "negatives": 0,
+        "examples": len(examples),
+        "examples_refused": 0,
+    }
     for answer in _oracle(release, cases):
         case_id, pods = answer["id"], answer["pods"]
         hashes = {p.get("hash") for p in pods if p["accepted"]}
@@ -220,6 +271,13 @@ def run_release(release: str, limit: int | None) -> tuple[dict[str, int], list[s
             counts["negatives"] += 1
             if all(p["accepted"] for p in pods) and len(hashes) == 1:
                 mismatches.append(f"{case_id}: refused by us, but vLLM hashes both roles alike")
+            continue
+        if expect[case_id] == "refused-argv":
+            counts["examples_refused"] += 1
+            if all(p["accepted"] for p in pods):
+                mismatches.append(f"{case_id}: refused by us, but vLLM accepts every pod's argv")
+            continue
+        if expect[case_id] == "refused-other":
             continue
         counts["pods"] += len(pods)
         for pod in pods:
@@ -247,13 +305,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     releases = args.release or list(supported_releases())
     failed = False
-    print("release  specs  pods  hash-disagreements  refused-hash-changes  mismatches")
+    print(
+        "release  specs  pods  hash-disagreements  refused-hash-changes  examples (refused)"
+        "  mismatches"
+    )
     for release in releases:
         counts, mismatches = run_release(release, args.limit)
         print(
             f"{release:<8} {counts['specs']:>5}  {counts['pods']:>4}  "
             f"{counts['hash_disagreements']:>18}  "
-            f"{counts['refused_by_us']:>10}/{len(HASH_CHANGES) * 2:<9}  {len(mismatches):>10}"
+            f"{counts['refused_by_us']:>10}/{len(HASH_CHANGES) * 2:<9}  "
+            f"{counts['examples']:>8} ({counts['examples_refused']})    {len(mismatches):>10}"
         )
         for line in mismatches[:50]:
             print(f"  {line}")

@@ -32,7 +32,7 @@ from deepseek_operator.names import (
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.render.kv_transfer import inference_pool, with_template_hash
 from deepseek_operator.render.metadata import child_metadata as render_service_metadata
-from deepseek_operator.render.role_status import disaggregated_status, role_status
+from deepseek_operator.render.role_status import disaggregated_status, held_pair, role_status
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
 from deepseek_operator.render.workload import render_objects
 
@@ -184,6 +184,9 @@ class Plan:
     # A disaggregated serving: every role's decision (``resolution`` is the one that speaks for
     # the pair: the first role that cannot run or be placed, else decode).
     roles: tuple[RoleDecision, ...] = ()
+    # A disaggregated serving one of whose roles cannot run: no child is written or deleted
+    # (its live pair, if any, keeps serving); only the status is.
+    holds_children: bool = False
 
     @property
     def status_dict(self) -> dict[str, Any]:
@@ -241,7 +244,8 @@ def _plan_roles(
     """A disaggregated serving: each role decided, rendered and reported as an aggregated one.
 
     Nothing is rendered unless every role can: a half-created pair (a prefill pool without
-    its decode pool) would load weights for nothing.
+    its decode pool) would load weights for nothing. Such a plan holds the children: an edit
+    that makes one role unrunnable leaves the running pair as it is, rather than deleting it.
     """
     spec = serving.spec
     assert spec.disaggregation is not None
@@ -289,24 +293,22 @@ def _plan_roles(
     pool = inference_pool(serving.name, serving.namespace, spec, pool_meta)
     if pool is not None and (apis or ClusterApis()).inference_pool:
         objects.append(pool)
-    if not all(d.resolution.backend_runnable for d in decided) or not all(
+    held = not all(d.resolution.backend_runnable for d in decided) or not all(
         d.resolution.leader_worker_set or d.resolution.pods_per_replica == 1 for d in decided
-    ):
-        objects = []  # never half a pair: the status says which role cannot run, and why
+    )
     speaker = next(
         (d for d in decided if not d.resolution.backend_runnable),
         next((d for d in decided if not d.resolution.placement.placeable), decided[-1]),
     )
+    status = disaggregated_status(
+        statuses, generation=serving.generation, now=now, previous_conditions=observed.conditions
+    )
     return Plan(
         resolution=speaker.resolution,
-        objects=objects,
-        status=disaggregated_status(
-            statuses,
-            generation=serving.generation,
-            now=now,
-            previous_conditions=observed.conditions,
-        ),
+        objects=[] if held else objects,
+        status=held_pair(status, live=bool(observed.children)) if held else status,
         roles=decided,
+        holds_children=held,
     )
 
 

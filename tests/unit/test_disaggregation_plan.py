@@ -120,7 +120,12 @@ def test_roles_decide_their_own_backend_and_batch_shape() -> None:
 def test_a_role_that_cannot_run_renders_neither_role() -> None:
     # Explicit MegaMoE needs SM100; on H200 nodes the prefill role cannot run.
     p = _plan(_raw(), "nodes-h200.yaml")
-    assert p.objects == []
+    assert p.objects == [] and p.holds_children
+    ready = {c.type: c for c in p.status.conditions}["Ready"]
+    assert ready.message.endswith(
+        "nothing is created until both roles can run (half a pair would load weights for nothing)"
+    )
+    assert not _plan(_raw()).holds_children
     resolved = {c.type: c for c in p.status.conditions}["BackendResolved"]
     assert resolved.status == "False"
     assert resolved.reason == p.roles[0].resolution.reason != "RolesResolved"
@@ -332,3 +337,50 @@ def test_no_inference_pool_without_its_crd_or_without_an_endpoint_picker() -> No
     check = next(c for c in p.roles[1].resolution.checks if c.name == "InferencePool")
     assert not check.passed and "Gateway API Inference Extension" in check.message
     assert "InferencePool" not in [o["kind"] for o in _plan(_raw()).objects]
+
+
+def test_an_edit_that_makes_a_role_unrunnable_holds_the_live_pair() -> None:
+    from deepseek_operator.actions import Apply, Delete
+    from deepseek_operator.commands.cluster_actions import cluster_actions
+    from deepseek_operator.engine.cluster_apis import ClusterApis
+
+    raw = _raw()
+    raw["metadata"].update(uid="uid-pd", generation=1)
+    running = _plan(raw)
+    children = {}
+    for child in running.objects:
+        live = copy.deepcopy(child)
+        live["metadata"].setdefault(
+            "ownerReferences", [{"controller": True, "uid": "uid-pd", "kind": "DeepSeekServing"}]
+        )
+        children[(child["kind"], child["metadata"]["name"])] = live
+    assert any(kind == "LeaderWorkerSet" or kind == "Deployment" for kind, _ in children)
+    edited = copy.deepcopy(raw)
+    # NixlConnector refuses prefill context parallel in a consumer: decode cannot run.
+    _role(edited, "decode")["parallelism"]["prefillContextParallelSize"] = 2
+    live_body = {"metadata": {**raw["metadata"], "generation": 2}, "status": {}}
+    acts = cluster_actions(
+        parse_serving(copy.deepcopy(edited)),
+        live_body,
+        children,
+        _nodes("nodes-gb200.yaml"),
+        NOW,
+        ClusterApis(),
+    )
+    assert acts and not [a for a in acts if isinstance(a, Apply | Delete)]
+    held = _plan(edited, observed=Observed.from_body(live_body, children))
+    ready = {c.type: c for c in held.status.conditions}["Ready"]
+    assert "held as it is: its workloads are neither changed nor deleted" in ready.message
+    # The same edit against no live pair: nothing to hold, nothing created.
+    assert not [
+        a
+        for a in cluster_actions(
+            parse_serving(copy.deepcopy(edited)),
+            None,
+            {},
+            _nodes("nodes-gb200.yaml"),
+            NOW,
+            ClusterApis(),
+        )
+        if isinstance(a, Apply | Delete)
+    ]

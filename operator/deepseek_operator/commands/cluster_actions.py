@@ -104,10 +104,19 @@ def cluster_actions(
     observed = Observed.from_body(live or {}, ours)
     planned = plan(obj, inventory, observed, now, apis)
     status = planned.status_dict
+    held = planned.holds_children
     writes = write_actions(
-        planned.objects, ours, strangers, status, observed.raw_status, owner_name=obj.name
+        planned.objects,
+        ours,
+        strangers,
+        status,
+        observed.raw_status,
+        owner_name=obj.name,
+        status_only=held,
     )
-    then = after_write_actions(status, [], writes.foreign, generation=obj.generation, now=now)
+    then = after_write_actions(
+        status, [], writes.foreign, generation=obj.generation, now=now, status_only=held
+    )
     return writes.actions + then + plan_decision_actions(observed, planned)
 
 

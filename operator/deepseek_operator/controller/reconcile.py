@@ -261,7 +261,8 @@ class Reconciler:
             status,
             observed.raw_status,
             owner_name=obj.name,
-            status_only=status_only,
+            # A held pair (one role cannot run): its live children stay as they are.
+            status_only=(held := status_only or planned.holds_children),
         )
         outcome.foreign.extend(writes.foreign)
         if writes.lws_written:
@@ -279,16 +280,10 @@ class Reconciler:
             outcome.foreign,
             generation=obj.generation,
             now=_now(),
-            status_only=status_only,
+            status_only=held,
         )
-        await self._execute(
-            rec,
-            (obj.namespace, obj.name),
-            obj.uid,
-            body,
-            then + decided,
-            outcome,
-        )
+        key = (obj.namespace, obj.name)
+        await self._execute(rec, key, obj.uid, body, then + decided, outcome)
         return outcome
 
     async def _execute(

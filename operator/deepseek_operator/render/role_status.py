@@ -102,3 +102,24 @@ def disaggregated_status(
         roles=list(roles),
         conditions=conditions,
     )
+
+
+# Appended to Ready while a pair is held (one role cannot run): what exists, and what will.
+HELD_NEW = (
+    "nothing is created until both roles can run (half a pair would load weights for nothing)"
+)
+HELD_LIVE = (
+    "the pair is held as it is: its workloads are neither changed nor deleted until both roles "
+    "can run"
+)
+
+
+def held_pair(status: S.DeepSeekServingStatus, *, live: bool) -> S.DeepSeekServingStatus:
+    """``status`` with the Ready message saying the pair is held: ``live``, its existing children
+    keep running unchanged; otherwise none is created."""
+    note = HELD_LIVE if live else HELD_NEW
+    conditions = [
+        c.model_copy(update={"message": f"{c.message}; {note}"}) if c.type == N.READY else c
+        for c in status.conditions
+    ]
+    return status.model_copy(update={"conditions": conditions})
