@@ -16,6 +16,12 @@ And per spec we refuse because a role's extraArgs would change a hashed factor: 
 hash of the two roles differs (or a role's argv is refused), i.e. we refuse nothing vLLM accepts
 as compatible.
 
+Two KV-transfer refusals are asked of each release's own code, per role and layout: sleep mode
+(``--enable-sleep-mode``; the operator renders the pull NixlConnector on UCX, which the releases
+that check it accept: no pod may be refused) and V4.1's ``latency_specialized`` decode (we refuse
+it in a role exactly when the release's specialized decode requires no KV transfer and parses the
+role's ``--additional-config`` as asking for it).
+
 The disaggregated examples under examples/ run on every release too: one we accept must pass
 (a) and (b); one we refuse for the release (a role's extraArgs option or backend the release does
 not have) must have a pod argv the release's own parser refuses; any other refusal of an example
@@ -40,6 +46,7 @@ from typing import Any
 from conformance.harness import example_servings, pod_env
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.catalog.vllm import supported_releases
+from deepseek_operator.engine.checks import CheckCategory
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import LABEL_PD_ROLE, LWS_KIND
 from deepseek_operator.nodes.facts import build_inventory
@@ -141,6 +148,32 @@ def negatives(release: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+SLEEP_ROLES = ("prefill", "decode", "both")
+SPECIALIZED_DECODE_ARGS = ["--additional-config", '{"decode_backend": "latency_specialized"}']
+
+
+def kv_refusal_cases(release: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(family, id, spec): sleep mode per role and layout, the specialized decode per role."""
+    out = []
+    for layout, where in itertools.product(LAYOUTS, SLEEP_ROLES):
+        raw = _base()
+        raw["spec"]["vllmVersion"] = release
+        for r in raw["spec"]["disaggregation"]["roles"]:
+            r.update(moeBackend="auto", parallelism=dict(LAYOUTS[layout]))
+            if where in (r["role"], "both"):
+                r["engine"]["extraArgs"] = ["--enable-sleep-mode"]
+        out.append(("sleep", f"sleep mode in {where} [{layout}]", raw))
+    for role in ("prefill", "decode"):
+        raw = _base()
+        raw["spec"]["vllmVersion"] = release
+        for r in raw["spec"]["disaggregation"]["roles"]:
+            r.update(moeBackend="auto", parallelism=dict(LAYOUTS["TP4-EP"]))
+            if r["role"] == role:
+                r["engine"]["extraArgs"] = list(SPECIALIZED_DECODE_ARGS)
+        out.append(("specialized", f"{role} decode_backend=latency_specialized", raw))
+    return out
+
+
 # Our refusals of a role that stand for the release's parser refusing the role's argv.
 ARGV_REFUSALS = frozenset({"ExtraArgsInRelease", "KnownMoEBackend"})
 
@@ -157,13 +190,15 @@ def example_cases(release: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def refusals(obj: ServingObject, inventory: Any) -> set[str]:
-    """The names of the checks that make some role of ``obj`` unrunnable on ``inventory``."""
+    """The names of the checks that make some role of ``obj`` unrunnable on ``inventory`` (the
+    placement and informational checks that then fail too are consequences, not causes)."""
     planned = plan(obj, inventory, Observed.offline(), NOW)
     return {
         c.name
         for d in planned.roles
         if not d.resolution.backend_runnable
         for c in d.resolution.failed_checks
+        if c.category not in (CheckCategory.PLACEMENT, CheckCategory.INFO)
     }
 
 
@@ -199,7 +234,7 @@ def _unchecked(raw: dict[str, Any]) -> ServingObject:
     )
 
 
-def _oracle(release: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _oracle(release: str, cases: list[dict[str, Any]]) -> dict[str, Any]:
     python = CACHE / "vllm" / release / "bin" / "python"
     proc = subprocess.run(
         [str(python), "-m", "conformance.pd_oracle"],
@@ -211,8 +246,8 @@ def _oracle(release: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
     if proc.returncode != 0:
         raise SystemExit(f"vLLM {release} oracle failed:\n{proc.stderr[-4000:]}")
-    answers: list[dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])["answers"]
-    return answers
+    told: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return told
 
 
 def run_release(release: str, limit: int | None) -> tuple[dict[str, int], list[str]]:
@@ -256,6 +291,21 @@ def run_release(release: str, limit: int | None) -> tuple[dict[str, int], list[s
         else:
             expect[case_id] = "refused-other"
             mismatches.append(f"{case_id}: refused by us on the NVL72 inventory: {sorted(ours)}")
+    families = kv_refusal_cases(release)
+    for family, case_id, raw in families:
+        obj = parse_serving(copy.deepcopy(raw))
+        ours = refusals(obj, inventory)
+        cases.append({"id": case_id, "model": MODEL_GEOMETRY, "pods": _pods(obj, inventory)})
+        if family == "sleep":
+            expect[case_id] = "sleep"
+            if ours:
+                mismatches.append(f"{case_id}: refused by us: {sorted(ours)}")
+        else:
+            expect[case_id] = (
+                "specialized-refused" if "KVTransferSpecializedDecode" in ours else "specialized"
+            )
+            if ours - {"KVTransferSpecializedDecode"}:
+                mismatches.append(f"{case_id}: refused by us: {sorted(ours)}")
     counts = {
         "specs": len(accepted),
         "pods": 0,
@@ -263,10 +313,33 @@ def run_release(release: str, limit: int | None) -> tuple[dict[str, int], list[s
         "negatives": 0,
         "examples": len(examples),
         "examples_refused": 0,
+        "kv_refusals": len(families),
     }
-    for answer in _oracle(release, cases):
+    told = _oracle(release, cases)
+    specialized_refuses = told["specialized_decode_refuses_kv_transfer"]
+    for answer in told["answers"]:
         case_id, pods = answer["id"], answer["pods"]
         hashes = {p.get("hash") for p in pods if p["accepted"]}
+        if expect[case_id] == "sleep":
+            refused = [p["role"] for p in pods if not p["accepted"] or p["sleep_mode_refused"]]
+            if refused or len(hashes) != 1:
+                mismatches.append(
+                    f"{case_id}: we accept; vLLM refuses the {refused} pods' sleep mode or "
+                    f"hashes {sorted(map(str, hashes))}"
+                )
+            continue
+        if expect[case_id].startswith("specialized"):
+            asked = any(p.get("decode_backend") == "latency_specialized" for p in pods)
+            theirs = specialized_refuses and asked
+            if not all(p["accepted"] for p in pods):
+                mismatches.append(f"{case_id}: a pod argv is refused: {pods}")
+            elif theirs != (expect[case_id] == "specialized-refused"):
+                mismatches.append(
+                    f"{case_id}: vLLM's specialized decode refuses KV transfer: {theirs} "
+                    f"(release: {specialized_refuses}, parsed: {asked}); ours: "
+                    f"{expect[case_id] == 'specialized-refused'}"
+                )
+            continue
         if expect[case_id] == "refused":
             counts["negatives"] += 1
             if all(p["accepted"] for p in pods) and len(hashes) == 1:
@@ -307,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     print(
         "release  specs  pods  hash-disagreements  refused-hash-changes  examples (refused)"
-        "  mismatches"
+        "  kv-refusal specs  mismatches"
     )
     for release in releases:
         counts, mismatches = run_release(release, args.limit)
@@ -315,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{release:<8} {counts['specs']:>5}  {counts['pods']:>4}  "
             f"{counts['hash_disagreements']:>18}  "
             f"{counts['refused_by_us']:>10}/{len(HASH_CHANGES) * 2:<9}  "
-            f"{counts['examples']:>8} ({counts['examples_refused']})    {len(mismatches):>10}"
+            f"{counts['examples']:>8} ({counts['examples_refused']})    "
+            f"{counts['kv_refusals']:>15}  {len(mismatches):>10}"
         )
         for line in mismatches[:50]:
             print(f"  {line}")

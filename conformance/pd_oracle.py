@@ -11,7 +11,12 @@ roles). An answer per pod: ``accepted`` (vLLM's serve parser, ``vllm serve``'s v
 ``AsyncEngineArgs.from_cli_args`` took the argv), ``error``, the parsed ``KVTransferConfig``'s
 ``kv_connector`` and ``kv_role`` (vLLM's own pydantic class, from the engine args), and
 ``hash``: the release's own ``compute_nixl_compatibility_hash`` on a config built from the
-parsed engine args.
+parsed engine args; ``decode_backend`` (the parsed ``additional_config``'s) and
+``sleep_mode_refused``: with ``--enable-sleep-mode``, whether the release's
+``VllmConfig._verify_kv_transfer_compat`` refuses the connector class its own
+``KVConnectorFactory`` picks for the parsed ``KVTransferConfig`` (releases without that check
+refuse nothing). Per release, ``specialized_decode_refuses_kv_transfer``: whether V4.1's
+specialized decode requirements (``specialized_decode.unsupported``) include no KV transfer.
 
 What the hash reads that a stand-in must supply: the model's KV heads, head size and layers
 (from the checkpoint: one checkpoint per case, the same for both roles) and the attention
@@ -93,7 +98,37 @@ def answer_pod(top: Any, pod: dict[str, Any], model: dict[str, Any], hasher: Any
     out["kv_role"] = getattr(kv, "kv_role", None)
     backend = engine_args.attention_backend or PLATFORM_ATTENTION_BACKEND
     out["hash"] = hasher(config_of(engine_args, model), str(backend), "pull")
+    extra = engine_args.additional_config
+    out["decode_backend"] = extra.get("decode_backend") if isinstance(extra, dict) else None
+    out["sleep_mode_refused"] = bool(engine_args.enable_sleep_mode) and sleep_mode_refused(kv)
     return out
+
+
+def sleep_mode_refused(kv_transfer_config: Any) -> bool:
+    """The release's own sleep-mode check of a KV connector (``_verify_kv_transfer_compat``)."""
+    import inspect
+
+    from vllm.config import VllmConfig
+
+    verify = getattr(VllmConfig, "_verify_kv_transfer_compat", None)
+    if verify is None or "supports_sleep_mode" not in inspect.getsource(verify):
+        return False
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    connector = KVConnectorFactory.get_connector_class(kv_transfer_config)
+    return not connector.supports_sleep_mode(kv_transfer_config)
+
+
+def specialized_decode_refuses_kv_transfer() -> bool:
+    """Whether the release has V4.1's specialized decode and it requires no KV transfer."""
+    import importlib
+    import inspect
+
+    try:
+        module = importlib.import_module("vllm.models.deepseek_v41.nvidia.specialized_decode")
+    except ImportError:
+        return False
+    return "kv_transfer_config is None" in inspect.getsource(module.unsupported)
 
 
 def main() -> int:
@@ -114,7 +149,14 @@ def main() -> int:
         }
         for case in cases
     ]
-    json.dump({"release": vllm_cli.release(), "answers": answers}, sys.stdout)
+    json.dump(
+        {
+            "release": vllm_cli.release(),
+            "answers": answers,
+            "specialized_decode_refuses_kv_transfer": specialized_decode_refuses_kv_transfer(),
+        },
+        sys.stdout,
+    )
     sys.stdout.write("\n")
     return 0
 

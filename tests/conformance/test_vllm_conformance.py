@@ -81,6 +81,8 @@ def test_newest_release_conforms_for_prefill_decode_pairs() -> None:
     row = out.stdout.splitlines()[1].split()
     assert row[0] == release, out.stdout
     specs, pods, disagreements = int(row[1]), int(row[2]), int(row[3])
-    refused, mismatches = row[4], int(row[5])
+    refused, examples, kv_refusals, mismatches = row[4], int(row[5]), int(row[7]), int(row[8])
     assert specs >= 500 and pods >= 2 * specs and disagreements == 0 and mismatches == 0, row
     assert refused.split("/")[0] == refused.split("/")[1], row  # every hash change refused
+    # the P/D examples, and sleep mode and the specialized decode per role asked of the release
+    assert examples >= 2 and kv_refusals >= 11, row

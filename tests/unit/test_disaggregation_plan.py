@@ -384,3 +384,37 @@ def test_an_edit_that_makes_a_role_unrunnable_holds_the_live_pair() -> None:
         )
         if isinstance(a, Apply | Delete)
     ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--additional-config", '{"decode_backend": "latency_specialized"}'],
+        [
+            '--additional_config={"decode_backend": "auto"}',
+            "--additional-config.decode_backend=latency_specialized",
+        ],
+    ],
+)
+def test_v41_specialized_decode_refuses_kv_transfer_where_the_release_has_it(
+    args: list[str],
+) -> None:
+    raw = _raw()
+    _role(raw, "decode")["engine"]["extraArgs"] = args
+    failed = _failed(_plan(raw), "decode")
+    assert "needs no LoRA, KV transfer or batch invariance" in failed["KVTransferSpecializedDecode"]
+    raw["spec"]["vllmVersion"] = "0.32.0"
+    older = next(d.resolution for d in _plan(raw).roles if d.role == "decode")
+    check = next(c for c in older.checks if c.name == "KVTransferSpecializedDecode")
+    assert check.passed and "has no specialized decode and ignores it" in check.message
+
+
+def test_stock_decode_backend_is_not_checked() -> None:
+    raw = _raw()
+    _role(raw, "decode")["engine"]["extraArgs"] = [
+        "--additional-config",
+        '{"decode_backend": "latency_specialized"}',
+        '--additional-config={"decode_backend": "auto"}',  # a later config replaces it
+    ]
+    res = next(d.resolution for d in _plan(raw).roles if d.role == "decode")
+    assert "KVTransferSpecializedDecode" not in {c.name for c in res.checks}

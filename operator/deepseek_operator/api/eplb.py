@@ -20,10 +20,10 @@ say a number, so they are refused rather than modelled. Pure.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from typing import Any
+
+from deepseek_operator.api.config_flags import final_config
 
 EPLB_CONFIG_FLAG = "--eplb-config"
 REDUNDANT_EXPERTS_KEY = "num_redundant_experts"
@@ -55,22 +55,6 @@ def _is_eplb_config(name: str) -> bool:
     return len(name) >= len(_SHORTEST_ABBREVIATION) and EPLB_CONFIG_FLAG.startswith(name)
 
 
-def _normalised(arg: str) -> str:
-    """vLLM reads ``_`` as ``-`` in a long flag's name, up to its first '.' (and '=')."""
-    if not arg.startswith("--"):
-        return arg
-    name, sep, value = arg.partition("=")
-    head, dot, tail = name.partition(".")
-    return head.replace("_", "-") + dot + tail + sep + value
-
-
-def _json(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
 def redundant_experts(extra_args: Sequence[str]) -> int:
     """The ``num_redundant_experts`` vLLM runs with, given these extra arguments (0 unless set).
 
@@ -79,34 +63,8 @@ def redundant_experts(extra_args: Sequence[str]) -> int:
     is the config. A value vLLM cannot parse leaves vLLM refusing the command line at start, so
     it counts as 0 here.
     """
-    args = [_normalised(a) for a in extra_args]
-    configs: list[Any] = []
-    dotted: dict[str, dict[str, Any]] = {}
-    skip: set[int] = set()
-    for i, arg in enumerate(args):
-        if i in skip:
-            continue
-        name, has_value, value = arg.partition("=")
-        if arg.startswith("-") and "." in name:
-            # The dotted form (vLLM: '-' and '.' in the name); its value may be the next argument.
-            if not has_value:
-                value = args[i + 1] if i + 1 < len(args) else ""
-                skip.add(i + 1)
-            head, *keys = name.split(".")
-            node = dotted.setdefault(head, {})
-            for key in keys[:-1]:
-                child = node.get(key)
-                node[key] = child = child if isinstance(child, dict) else {}
-                node = child
-            node[keys[-1]] = _json(value)
-            continue
-        if arg.startswith("--") and _is_eplb_config(name):
-            if not has_value:
-                value = args[i + 1] if i + 1 < len(args) else ""
-                skip.add(i + 1)
-            configs.append(_json(value))
-    configs += [config for head, config in dotted.items() if _is_eplb_config(head)]
-    if not configs or not isinstance(configs[-1], dict):
+    config = final_config(extra_args, _is_eplb_config)
+    if not isinstance(config, dict):
         return 0
-    count = configs[-1].get(REDUNDANT_EXPERTS_KEY, 0)
+    count = config.get(REDUNDANT_EXPERTS_KEY, 0)
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0

@@ -209,6 +209,12 @@ RELEASE_CHAIN: tuple[Step, ...] = (
         lambda c, _: kv_transfer_checks.decode_context_parallel(c.inputs.spec, c.inputs.kv_role),
     ),
     Step("", lambda c, _: kv_transfer_checks.allocator(c.inputs.spec, c.inputs.kv_role)),
+    Step(
+        "",
+        lambda c, _: kv_transfer_checks.specialized_decode(
+            c.rules, c.inputs.facts, c.inputs.spec, c.inputs.kv_role
+        ),
+    ),
 )
 """After the VLLMRelease check: the release's backend names and its release-wide guards."""
 

@@ -12,18 +12,30 @@ release's own code (docs/disaggregation.md, "The decision, per role"):
   parallel size, max(TP, PCP) (``config/vllm.py``).
 * ``KVTransferAllocator``: ``expandable_segments:True`` in ``PYTORCH_CUDA_ALLOC_CONF`` is refused
   with a KV connector unless the cumem allocator is on (``_verify_kv_transfer_compat``).
+* ``KVTransferSpecializedDecode``: DeepSeek V4.1's specialized decode
+  (``--additional-config`` with ``decode_backend: latency_specialized``) refuses KV transfer in
+  the releases that have it (``specialized_decode.unsupported``); older releases ignore the key.
 
 Every check returns None for an aggregated serving (no ``kv_role``), so its decision is unchanged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from deepseek_operator.api.config_flags import final_config
 from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.catalog.models import V41_ARCH
+from deepseek_operator.catalog.vllm.rules import ReleaseRules
 from deepseek_operator.engine.checks import CheckCategory, CheckResult, check
+from deepseek_operator.engine.model_facts import ModelFacts
 
 SPEC = CheckCategory.SPEC
 PRODUCER = "kv_producer"
 _ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+ADDITIONAL_CONFIG_FLAG = "--additional-config"
+SPECIALIZED_DECODE = "latency_specialized"
 
 
 def context_parallel(spec: DeepSeekServingSpec, kv_role: str | None) -> CheckResult | None:
@@ -116,4 +128,38 @@ def allocator(spec: DeepSeekServingSpec, kv_role: str | None) -> CheckResult | N
             "allocator is on: add --enable-cumem-allocator to spec.engine.extraArgs or drop "
             "expandable_segments"
         ),
+    )
+
+
+def decode_backend(extra_args: Sequence[str]) -> Any:
+    """The ``decode_backend`` of the ``--additional-config`` vLLM runs with (None: not set)."""
+    config = final_config(extra_args, lambda name: name == ADDITIONAL_CONFIG_FLAG)
+    return config.get("decode_backend") if isinstance(config, dict) else None
+
+
+def specialized_decode(
+    rules: ReleaseRules, facts: ModelFacts, spec: DeepSeekServingSpec, kv_role: str | None
+) -> CheckResult | None:
+    """V4.1's ``latency_specialized`` decode refuses KV transfer (releases that have it)."""
+    if kv_role is None or facts.architecture != V41_ARCH:
+        return None
+    if decode_backend(spec.engine.extra_args) != SPECIALIZED_DECODE:
+        return None
+    message = f"{ADDITIONAL_CONFIG_FLAG} decode_backend={SPECIALIZED_DECODE} in a {kv_role} role"
+    if not rules.v41_specialized_decode:
+        return check(
+            "KVTransferSpecializedDecode",
+            SPEC,
+            "",
+            passed=True,
+            message=message + f": vLLM {rules.release} has no specialized decode and ignores it",
+        )
+    return check(
+        "KVTransferSpecializedDecode",
+        SPEC,
+        "",
+        passed=False,
+        message=message + f". vLLM {rules.release}: decode_backend=latency_specialized needs no "
+        "LoRA, KV transfer or batch invariance; drop it from this role's extraArgs (the "
+        "specialized decode serves aggregated TP4 pools on GB300 only)",
     )

@@ -16,7 +16,8 @@ Two generations of the DeepSeek V4 model code:
   batch overlap, weights other than fp4 (their formats: MXFP4, and NVFP4 for CuTeDSL), and (the
   DeepGEMM kernel only) EPLB. 0.33.0 adds the V4.1 prefill-context-parallel guard (PCP > 1 needs PP = DP = DCP = 1, no
   microbatching, speculative decoding, KV transfer or MegaMoE, and no prefix caching without SWA
-  bounded replay).
+  bounded replay) and V4.1's specialized decode (``decode_backend=latency_specialized`` in
+  ``--additional-config``), which needs, among other things, no KV transfer.
 
 Multi-node replicas (``--nnodes`` > 1, every release; the facts come from the data file):
 
@@ -49,6 +50,9 @@ class ReleaseRules:
     flashinfer_refuses_dbo: bool
     flashinfer_needs_ep_group: bool  # the kernel needs an EP group of 2+ GPUs (use_ep)
     v41_prefill_context_parallel_guard: bool
+    # V4.1's specialized decode (additional_config decode_backend=latency_specialized), which
+    # refuses KV transfer among other things; older releases ignore the key.
+    v41_specialized_decode: bool
     # _init_fused_moe_experts asserts the physical experts (routed + redundant) divide by TP
     fused_experts_divide_tp: bool
 
@@ -85,6 +89,7 @@ _LEGACY = {
     "flashinfer_refuses_dbo": False,
     "flashinfer_needs_ep_group": False,
     "v41_prefill_context_parallel_guard": False,
+    "v41_specialized_decode": False,
 }
 _MODERN = {
     "model_guards_cover_flashinfer": False,
@@ -109,6 +114,7 @@ _TABLE: dict[str, dict[str, object]] = {
         **_MODERN,
         "norm_topk_prob_guard": True,
         "v41_prefill_context_parallel_guard": False,
+        "v41_specialized_decode": False,
         "eplb": "deep_gemm",
         "fused_experts_divide_tp": False,
     },
@@ -116,6 +122,7 @@ _TABLE: dict[str, dict[str, object]] = {
         **_MODERN,
         "norm_topk_prob_guard": True,
         "v41_prefill_context_parallel_guard": True,
+        "v41_specialized_decode": True,
         "eplb": "deep_gemm",
         "fused_experts_divide_tp": False,
     },
@@ -145,5 +152,6 @@ def release_rules(release: str) -> ReleaseRules:
         flashinfer_refuses_dbo=bool(row["flashinfer_refuses_dbo"]),
         flashinfer_needs_ep_group=bool(row["flashinfer_needs_ep_group"]),
         v41_prefill_context_parallel_guard=bool(row["v41_prefill_context_parallel_guard"]),
+        v41_specialized_decode=bool(row["v41_specialized_decode"]),
         fused_experts_divide_tp=bool(row["fused_experts_divide_tp"]),
     )
