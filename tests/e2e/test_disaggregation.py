@@ -3,7 +3,8 @@ scheduler, kwok GB200 trays in two NVL72 racks.
 
 One prefill and one decode replica of DEP8 (two trays each): both roles placed, each group inside
 one clique, the status per role; a decode backend edit rolls only the decode pods, a
-kvCacheDtype edit (in the NIXL hash, shared) rolls both.
+kvCacheDtype edit (in the NIXL hash, shared) rolls both; an edit that makes the decode role
+unrunnable holds the running pair (no pod replaced, no workload deleted) and says so in Ready.
 """
 
 from __future__ import annotations
@@ -149,3 +150,27 @@ def test_both_roles_placed_in_cliques_and_edits_roll_the_right_pools(
         return not (uids["decode"] & after["decode"]) and not (uids["prefill"] & after["prefill"])
 
     wait_for(both_rolled, timeout=300, what="both pools replaced")
+    running = _uids(wait_for(lambda: _running(cp, namespace), timeout=120, what="pods Running"))
+
+    # V4.1's specialized decode refuses KV transfer: the decode role cannot run. The live pair
+    # is held as it is rather than deleted.
+    roles = _roles("flashinfer_trtllm")
+    roles[1]["engine"]["extraArgs"] = [
+        "--additional-config",
+        '{"decode_backend": "latency_specialized"}',
+    ]
+    patch_serving(cp, namespace, {"spec": {"disaggregation": {"roles": roles}}}, name=NAME)
+    held = wait_condition(
+        cp,
+        namespace,
+        "BackendResolved",
+        "False",
+        reason="KVTransferSpecializedDecodeFailed",
+        name=NAME,
+    )
+    ready = next(c for c in held["status"]["conditions"] if c["type"] == "Ready")
+    assert "the pair is held as it is" in ready["message"], ready
+    workloads = cp.kubectl_json("get", "leaderworkersets", "-n", namespace)["items"]
+    assert {w["metadata"]["name"] for w in workloads} == {f"{NAME}-prefill", f"{NAME}-decode"}
+    still = _running(cp, namespace)
+    assert still is not None and _uids(still) == running, (still, running)
