@@ -78,3 +78,96 @@ def test_explicit_mega_moe_on_a_dra_h200_pool_is_pending_with_the_reason(
 
     wait_for(pending, timeout=60, what="the serving pod Pending")
     assert _get(cp, namespace, "resourceclaimtemplate", "dsv41-gpus")
+
+
+def _holder(namespace: str, count: int) -> list[dict[str, Any]]:
+    """Another workload's claim of ``count`` GPUs and the pod that uses it, on the pool's node:
+    the real scheduler allocates the claim, so its devices are taken as on a live cluster."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "holder-gpus", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": count,
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "holder", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"pool": namespace},
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "holder-gpus"}],
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpus"}]}}
+            ],
+        },
+    }
+    return [claim, pod]
+
+
+def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    cp = full_cluster
+    (tray,) = _dra_pool(cp, node_factory, namespace, "NVIDIA-GB200")
+    cp.apply(_holder(namespace, 2))
+
+    def allocated() -> dict[str, Any] | None:
+        claim = _get(cp, namespace, "resourceclaim", "holder-gpus")
+        return claim if (claim.get("status") or {}).get("allocation") else None
+
+    held = wait_for(allocated, timeout=60, what="the holder's claim allocated")
+    assert {r["pool"] for r in held["status"]["allocation"]["devices"]["results"]} == {tray}
+    # One 4-GPU replica wanted, 2 of the tray's 4 devices taken: not placeable, and with
+    # maxPendingReplicas 0 the queueing rule asks for no replica at all.
+    cp.apply(_serving(namespace, maxPendingReplicas=0))
+    obj = wait_condition(cp, namespace, "Placeable", "False", timeout=120)
+    message = condition(obj, "Placeable")["message"]
+    assert f"{tray}: 2 of 4 devices free, 2 held by other claims < 4 per pod" in message
+    assert "1 of 1 replicas held back" in message
+    wait_for(
+        lambda: _get(cp, namespace, "deployment")["spec"]["replicas"] == 0,
+        timeout=60,
+        what="the Deployment asking for 0 replicas",
+    )
+    assert _pods(cp, namespace) == []
+    # The holder goes: its devices are free, the replica is asked for and its pod claims all
+    # four. The serving's own claim then holds them, and Placeable stays True (its own).
+    cp.kubectl("delete", "pod,resourceclaim", "holder", "holder-gpus", "-n", namespace)
+    obj = wait_condition(cp, namespace, "Placeable", "True", timeout=120)
+    assert "4 of 4 devices free" in condition(obj, "Placeable")["message"]
+
+    def scheduled() -> list[dict[str, Any]] | None:
+        pods = _pods(cp, namespace)
+        return pods if pods and all(p["spec"].get("nodeName") for p in pods) else None
+
+    (pod,) = wait_for(scheduled, timeout=120, what="the serving pod scheduled")
+    assert pod["spec"]["nodeName"] == tray
+    (claim,) = cp.kubectl_json("get", "resourceclaims", "-n", namespace)["items"]
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == 4
+    # A later reconcile (a spec change) sees the serving's own claim holding all four devices.
+    cp.kubectl(
+        "patch", "dss", "dsv41", "-n", namespace, "--type=merge", "-p",
+        '{"spec": {"maxPendingReplicas": 1}}',
+    )  # fmt: skip
+
+    def decided_again() -> dict[str, Any] | None:
+        obj = _get(cp, namespace)
+        cond = condition(obj, "Placeable")
+        fresh = obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if fresh and "4 of 4 devices free" in cond.get("message", "") else None
+
+    obj = wait_for(decided_again, timeout=120, what="Placeable counting its own claim as free")
+    assert condition(obj, "Placeable")["status"] == "True"

@@ -226,3 +226,23 @@ def test_the_node_tracker_counts_what_claims_hold_and_releases_it() -> None:
     assert change.after is not None and change.after.name == "gb200-tray-0"
     tray = tracker.inventory().named("gb200-tray-0")
     assert tray is not None and tray.free_gpus("nvidia.com/gpu") == 4
+
+
+def test_the_documented_claims_example_renders_what_operations_md_shows(
+    tmp_path: pathlib.Path, capsys: Any
+) -> None:
+    from deepseek_operator.cli import main
+
+    cluster = tmp_path / "cluster.yaml"  # cat nodes-gb200-dra.yaml claims-gb200-dra.yaml
+    cluster.write_text(
+        pathlib.Path(DRA_POOL).read_text() + (ROOT / "examples/claims-gb200-dra.yaml").read_text()
+    )
+    serving = str(ROOT / "examples/dsv41-flash-gb200.yaml")
+    assert main(["render", "-f", serving, "--nodes", str(cluster)]) == 0
+    out = capsys.readouterr().out
+    doc = (ROOT / "docs/operations.md").read_text()
+    shown = doc.split("the render\nof `examples/dsv41-flash-gb200.yaml` says\n\n```text\n")[1]
+    placeable_line = shown.split("\n")[0]
+    condition, status, reason, message = placeable_line.split(None, 3)
+    (line,) = [x for x in out.splitlines() if x.strip().startswith("Placeable ")]
+    assert line.split(None, 3) == [condition, status, reason, message]
