@@ -136,6 +136,7 @@ def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
         return claim if (claim.get("status") or {}).get("allocation") else None
 
     held = wait_for(allocated, timeout=60, what="the holder's claim allocated")
+    assert held is not None
     assert {r["pool"] for r in held["status"]["allocation"]["devices"]["results"]} == {tray}
     # One 4-GPU replica wanted, 2 of the tray's 4 devices taken: not placeable, and with
     # maxPendingReplicas 0 the queueing rule asks for no replica at all.
@@ -160,7 +161,9 @@ def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
         pods = _pods(cp, namespace)
         return pods if pods and all(p["spec"].get("nodeName") for p in pods) else None
 
-    (pod,) = wait_for(scheduled, timeout=120, what="the serving pod scheduled")
+    pods = wait_for(scheduled, timeout=120, what="the serving pod scheduled")
+    assert pods is not None
+    (pod,) = pods
     assert pod["spec"]["nodeName"] == tray
     (claim,) = cp.kubectl_json("get", "resourceclaims", "-n", namespace)["items"]
     assert len(claim["status"]["allocation"]["devices"]["results"]) == 4
@@ -176,8 +179,8 @@ def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
         fresh = obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
         return obj if fresh and "4 of 4 devices free" in cond.get("message", "") else None
 
-    obj = wait_for(decided_again, timeout=120, what="Placeable counting its own claim as free")
-    assert condition(obj, "Placeable")["status"] == "True"
+    again = wait_for(decided_again, timeout=120, what="Placeable counting its own claim as free")
+    assert again is not None and condition(again, "Placeable")["status"] == "True"
 
 
 READY, FAILED = "ComputeDomainReady", "ComputeDomainFailed"  # condition types the test picks
