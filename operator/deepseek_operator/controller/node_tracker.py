@@ -84,6 +84,7 @@ class NodeTracker:
         self._inventory: NodeInventory | None = None  # None: stale since the last change
         self._slices: dict[str, dict[str, Any]] = {}  # gpu.nvidia.com ResourceSlices by name
         self._claims: dict[str, dict[str, Any]] = {}  # claims holding GPU devices, by key
+        self._pool_nodes: dict[str, set[str | None]] | None = None  # None: stale
         self.inventory_builds = 0
 
     def __len__(self) -> int:
@@ -130,7 +131,7 @@ class NodeTracker:
             return []
         else:
             self._slices[name] = item
-        self._inventory = None
+        self._inventory = self._pool_nodes = None
         return self._node_changes({_slice_node(before), _slice_node(item)})
 
     def replace_slices(self, listed: Mapping[str, dict[str, Any] | None]) -> list[NodeChange]:
@@ -140,7 +141,7 @@ class NodeTracker:
             return []
         touched = {_slice_node(i) for i in (*self._slices.values(), *kept.values())}
         self._slices = kept
-        self._inventory = None
+        self._inventory = self._pool_nodes = None
         return self._node_changes(touched)
 
     def observe_claim(self, key: str, item: dict[str, Any] | None) -> list[NodeChange]:
@@ -170,14 +171,15 @@ class NodeTracker:
 
     def _claim_nodes(self, claims: list[dict[str, Any] | None]) -> set[str | None]:
         """The nodes whose slices publish the pools the claims' devices come from."""
+        if self._pool_nodes is None:  # pool -> nodes, rebuilt after a slice change
+            self._pool_nodes = {}
+            for item in self._slices.values():
+                spec = item.get("spec")
+                pool = spec.get("pool") if isinstance(spec, dict) else None
+                if isinstance(pool, dict) and isinstance(pool.get("name"), str):
+                    self._pool_nodes.setdefault(pool["name"], set()).add(_slice_node(item))
         pools = {d.get("pool") for c in claims if c for d in c.get("devices", ())}
-        return {
-            _slice_node(s)
-            for s in self._slices.values()
-            if isinstance(s.get("spec"), dict)
-            and isinstance(s["spec"].get("pool"), dict)
-            and s["spec"]["pool"].get("name") in pools
-        }
+        return {n for p in pools if isinstance(p, str) for n in self._pool_nodes.get(p, ())}
 
     def _node_changes(self, names: set[str | None]) -> list[NodeChange]:
         # The label-only facts stand for the node: may_affect reads labels, which slices never
