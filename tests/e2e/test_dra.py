@@ -153,7 +153,7 @@ def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
     assert _pods(cp, namespace) == []
     # The holder goes: its devices are free, the replica is asked for and its pod claims all
     # four. The serving's own claim then holds them, and Placeable stays True (its own).
-    cp.kubectl("delete", "pod,resourceclaim", "holder", "holder-gpus", "-n", namespace)
+    cp.kubectl("delete", "pod/holder", "resourceclaim/holder-gpus", "-n", namespace)
     obj = wait_condition(cp, namespace, "Placeable", "True", timeout=120)
     assert "4 of 4 devices free" in condition(obj, "Placeable")["message"]
 
@@ -267,5 +267,5 @@ def test_a_compute_domain_binding_condition_set_by_the_test_releases_the_pod(
         what="the pod bound once the binding condition is True",
     )
     assert bound == tray
-    cp.kubectl("delete", "pod,resourceclaim", "imex", "channel", "-n", namespace, "--wait=false")
+    cp.kubectl("delete", "pod/imex", "resourceclaim/channel", "-n", namespace, "--wait=false")
     cp.kubectl("delete", "resourceslice", channel["metadata"]["name"], "--ignore-not-found")
