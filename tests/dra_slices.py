@@ -211,7 +211,7 @@ def gpu_claim(
                     }
                 ]
             }
-        },  # fmt: skip
+        },
         "status": {
             "allocation": {
                 "devices": {
