@@ -12,6 +12,7 @@ import yaml
 
 from deepseek_operator.api.load import parse_serving
 from deepseek_operator.commands.render.inputs import load_cluster_file, load_cluster_inputs
+from deepseek_operator.engine.disaggregated import resolve_roles
 from deepseek_operator.nodes.claims import (
     ClaimOwner,
     HeldDevice,
@@ -246,3 +247,22 @@ def test_the_documented_claims_example_renders_what_operations_md_shows(
     condition, status, reason, message = placeable_line.split(None, 3)
     (line,) = [x for x in out.splitlines() if x.strip().startswith("Placeable ")]
     assert line.split(None, 3) == [condition, status, reason, message]
+
+
+def test_a_disaggregated_serving_counts_both_roles_claims_free_and_fits_them_together() -> None:
+    body = yaml.safe_load((ROOT / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
+    devices = [f"gpu-{i}" for i in range(4)]
+    others = [gpu_claim(f"o{i}", f"gb200-tray-{i}", devices, namespace="batch") for i in (1, 2, 3)]
+    # The decode pool's running pod holds tray 0: free for both roles, not for both at once.
+    decode = gpu_claim("d", "gb200-tray-0", devices, pod="dsv41-pd-decode-7d9f8b6c5d-x2x4z")
+    nodes, slices = load_cluster_file(DRA_POOL)
+    inventory = build_inventory(nodes, slices, [*others, decode])
+    serving = parse_serving(body)
+    roles = resolve_roles(serving.spec, inventory, {}, None, owner=claim_owner(serving))
+    for role in roles:  # each role alone: tray 0 is the serving's own, the rest is taken
+        placement = role.resolution.placement
+        assert placement.capacity == 1 and placement.eligible == ("gb200-tray-0",)
+    planned = plan(serving, inventory, Observed.offline(), NOW)
+    placeable = next(c for c in planned.status.conditions if c.type == "Placeable")
+    assert placeable.status == "False"
+    assert "prefill 1/1 pod(s) of 4 GPUs, decode 0/1 pod(s) of 4 GPUs placed" in placeable.message
