@@ -41,11 +41,6 @@ class HeldDevice:
     claim: str
     pod: str = ""  # the pod owning the claim ("" when no pod owns it)
 
-    @property
-    def claim_ref(self) -> str:
-        """``<namespace>/<claim>``, as messages name it."""
-        return f"{self.namespace}/{self.claim}"
-
 
 @dataclass(frozen=True, slots=True)
 class ClaimOwner:

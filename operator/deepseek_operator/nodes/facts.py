@@ -184,14 +184,16 @@ class NodeInventory:
         if owner is None:
             return None
 
-        def holders() -> frozenset[tuple[str, str]]:
-            return frozenset(
-                (h.namespace, h.pod) for n in self.nodes if n.dra for h in n.dra.held if h.pod
-            )
+        def holders() -> dict[str, set[str]]:  # namespace -> pods whose claims hold devices
+            out: dict[str, set[str]] = {}
+            for n in self.nodes:
+                for h in n.dra.held if n.dra else ():
+                    if h.pod:
+                        out.setdefault(h.namespace, set()).add(h.pod)
+            return out
 
-        pods = self.memoized(("claim holders",), holders)
-        mine = any(ns == owner.namespace and owner.owns_pod(pod) for ns, pod in pods)
-        return owner if mine else None
+        pods = self.memoized(("claim holders",), holders).get(owner.namespace, ())
+        return owner if any(owner.owns_pod(pod) for pod in pods) else None
 
     def _label_index(self, key: str) -> dict[str, list[NodeFacts]]:
         index = self._by_label.get(key)
