@@ -133,6 +133,15 @@ def test_a_claim_is_the_servings_own_when_a_pod_of_its_workload_owns_it(
     assert not owner.owns(HeldDevice("p", "gpu-0", "batch", "c", pod))  # another namespace
 
 
+def test_a_long_deployments_truncated_pod_names_are_recognised() -> None:
+    workload = "a-very-long-deepseek-serving-name-for-the-research-team"  # 55 characters
+    # ReplicaSet <workload>-7d9f8b6c5d; its pods' generateName base is cut to 58 characters.
+    pod = (f"{workload}-7d9f8b6c5d-")[:58] + "x2x4z"
+    assert len(pod) == 63 and pod_of_workload(pod, workload)
+    assert not pod_of_workload(pod, workload[:-1])
+    assert not pod_of_workload(pod[:58] + "x2x4", workload)
+
+
 def test_a_disaggregated_serving_owns_both_roles_claims() -> None:
     body = yaml.safe_load((ROOT / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
     owner = claim_owner(parse_serving(body))

@@ -29,6 +29,9 @@ from deepseek_operator import names
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
 _DEPLOYMENT_POD = re.compile(rf"-[{_SAFE}]{{1,10}}-[{_SAFE}]{{5}}")
 _LWS_POD = re.compile(r"-(0|[1-9][0-9]*)(-(0|[1-9][0-9]*))?")
+_BASE_MAX = 58  # apimachinery's maxGeneratedNameLength: 63 less the 5-character suffix
+_TRUNCATED_HASH = re.compile(rf"[{_SAFE}]*-?")
+_SUFFIX = re.compile(rf"[{_SAFE}]{{5}}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +63,23 @@ class ClaimOwner:
 
 
 def pod_of_workload(pod: str, workload: str) -> bool:
-    """Whether ``pod`` is named as a pod of the Deployment or LeaderWorkerSet ``workload``."""
+    """Whether ``pod`` is named as a pod of the Deployment or LeaderWorkerSet ``workload``.
+
+    A generated name keeps at most 58 characters of its base (the ReplicaSet's name and a
+    dash) before the 5-character suffix, so a long Deployment's pod is ``<base[:58]><suffix>``.
+    """
     if not workload or not pod.startswith(workload):
         return False
     rest = pod[len(workload) :]
-    return bool(_DEPLOYMENT_POD.fullmatch(rest) or _LWS_POD.fullmatch(rest))
+    if _DEPLOYMENT_POD.fullmatch(rest) or _LWS_POD.fullmatch(rest):
+        return True
+    base, suffix = pod[:_BASE_MAX], pod[_BASE_MAX:]
+    return (
+        len(pod) == _BASE_MAX + 5
+        and base.startswith(workload + "-")
+        and _TRUNCATED_HASH.fullmatch(base[len(workload) + 1 :]) is not None
+        and _SUFFIX.fullmatch(suffix) is not None
+    )
 
 
 def _owner_pod(meta: Mapping[str, Any]) -> str:
