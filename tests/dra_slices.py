@@ -170,3 +170,56 @@ def owned_by(slice_: dict[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
     owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}
     slice_["metadata"]["ownerReferences"] = [owner]
     return slice_
+
+
+def gpu_claim(
+    name: str,
+    pool: str,
+    devices: list[str],
+    *,
+    namespace: str = "llm",
+    pod: str | None = None,
+) -> dict[str, Any]:
+    """A ResourceClaim whose allocation holds ``devices`` of ``pool`` (owned by ``pod`` when
+    given, as the ResourceClaim controller makes a pod's claim from its template)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if pod is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod,
+                "uid": f"uid-{pod}",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {
+        "apiVersion": names.DRA_API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": DRIVER,
+                            "allocationMode": "ExactCount",
+                            "count": len(devices),
+                        },
+                    }
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpus", "driver": DRIVER, "pool": pool, "device": d}
+                        for d in devices
+                    ]
+                }
+            }
+        },
+    }

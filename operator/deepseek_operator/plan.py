@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from deepseek_operator.api.load import ServingObject
+from deepseek_operator.api.roles import ROLE_KINDS
 from deepseek_operator.api.status import Condition, DeepSeekServingStatus, GroupStatus, RoleStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
@@ -29,6 +30,7 @@ from deepseek_operator.names import (
     LWS_KIND,
     WORKLOAD_APPLIED,
 )
+from deepseek_operator.nodes.claims import ClaimOwner
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.render.kv_transfer import inference_pool, with_template_hash
 from deepseek_operator.render.metadata import child_metadata as render_service_metadata
@@ -194,6 +196,15 @@ class Plan:
         return status_dict(self.status)
 
 
+def claim_owner(serving: ServingObject) -> ClaimOwner:
+    """The workloads whose pods' ResourceClaims are ``serving``'s own: its Deployment or
+    LeaderWorkerSet, or each role's of a disaggregated serving."""
+    if serving.spec.disaggregation is None:
+        return ClaimOwner(serving.namespace, frozenset({serving.name}))
+    # A role's object is named <serving>-<role> (ServingObject.for_role).
+    return ClaimOwner(serving.namespace, frozenset(f"{serving.name}-{k}" for k in ROLE_KINDS))
+
+
 def plan(
     serving: ServingObject,
     inventory: NodeInventory,
@@ -210,9 +221,10 @@ def plan(
     previous = observed.previous_decision()
     # resolve() is pure: objects with one spec, and every re-reconcile of an object (child
     # events, resyncs) on the same inventory, share one evaluation.
+    owner = claim_owner(serving)
     res = inventory.memoized(
-        ("resolve", serving.spec.model_dump_json(), previous, apis),
-        lambda: resolve(serving.spec, inventory, previous, apis),
+        ("resolve", serving.spec.model_dump_json(), previous, apis, inventory.claim_key(owner)),
+        lambda: resolve(serving.spec, inventory, previous, apis, owner=owner),
     )
     size = workload_size(
         serving.spec.replicas,
@@ -254,7 +266,9 @@ def _plan_roles(
         for r in spec.disaggregation.roles
         if (p := observed.role_previous_decision(r.role))
     }
-    decided = resolve_roles(spec, inventory, previous, apis, inventory.memoized)
+    decided = resolve_roles(
+        spec, inventory, previous, apis, inventory.memoized, owner=claim_owner(serving)
+    )
     objects: list[dict[str, Any]] = []
     statuses = []
     for d in decided:

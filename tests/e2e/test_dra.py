@@ -3,11 +3,17 @@
 kwok nodes with no ``nvidia.com/gpu`` allocatable and no GPU labels but for the agent's NVLink
 ones, NVIDIA-shaped ``gpu.nvidia.com`` ResourceSlices made by hand (owned by their Nodes) and the
 driver's DeviceClass: the session operator reads the slices through its watch, renders the
-ResourceClaimTemplate, and the real kube-scheduler allocates each pod's claim.
+ResourceClaimTemplate, and the real kube-scheduler allocates each pod's claim. Another pod's
+claim takes devices (the operator's ResourceClaim watch counts them as not free), and a
+ComputeDomain channel device with binding conditions keeps its pod unbound until the test, in
+the compute-domain controller's place, sets the condition (the scheduler's
+DRADeviceBindingConditions, beta and on by default in the pinned v1.36).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +24,7 @@ from tests.e2e.test_operator import AGENT_OK, _get, _pods, _serving
 from tests.gpu_nodes import make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import condition, wait_condition
+from tests.k8s.dra import CHANNEL_CLASS, device_classes, resource_slice
 from tests.k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
@@ -78,3 +85,187 @@ def test_explicit_mega_moe_on_a_dra_h200_pool_is_pending_with_the_reason(
 
     wait_for(pending, timeout=60, what="the serving pod Pending")
     assert _get(cp, namespace, "resourceclaimtemplate", "dsv41-gpus")
+
+
+def _holder(namespace: str, count: int) -> list[dict[str, Any]]:
+    """Another workload's claim of ``count`` GPUs and the pod that uses it, on the pool's node:
+    the real scheduler allocates the claim, so its devices are taken as on a live cluster."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "holder-gpus", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": count,
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "holder", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"pool": namespace},
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "holder-gpus"}],
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpus"}]}}
+            ],
+        },
+    }
+    return [claim, pod]
+
+
+def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    cp = full_cluster
+    (tray,) = _dra_pool(cp, node_factory, namespace, "NVIDIA-GB200")
+    cp.apply(_holder(namespace, 2))
+
+    def allocated() -> dict[str, Any] | None:
+        claim = _get(cp, namespace, "resourceclaim", "holder-gpus")
+        return claim if (claim.get("status") or {}).get("allocation") else None
+
+    held = wait_for(allocated, timeout=60, what="the holder's claim allocated")
+    assert held is not None
+    assert {r["pool"] for r in held["status"]["allocation"]["devices"]["results"]} == {tray}
+    # One 4-GPU replica wanted, 2 of the tray's 4 devices taken: not placeable, and with
+    # maxPendingReplicas 0 the queueing rule asks for no replica at all.
+    cp.apply(_serving(namespace, maxPendingReplicas=0))
+    obj = wait_condition(cp, namespace, "Placeable", "False", timeout=120)
+    message = condition(obj, "Placeable")["message"]
+    assert f"{tray}: 2 of 4 devices free, 2 held by other claims < 4 per pod" in message
+    assert "1 of 1 replicas held back" in message
+    wait_for(
+        lambda: _get(cp, namespace, "deployment")["spec"]["replicas"] == 0,
+        timeout=60,
+        what="the Deployment asking for 0 replicas",
+    )
+    assert _pods(cp, namespace) == []
+    # The holder goes: its devices are free, the replica is asked for and its pod claims all
+    # four. The serving's own claim then holds them, and Placeable stays True (its own).
+    cp.kubectl("delete", "pod/holder", "resourceclaim/holder-gpus", "-n", namespace)
+    obj = wait_condition(cp, namespace, "Placeable", "True", timeout=120)
+    assert "4 of 4 devices free" in condition(obj, "Placeable")["message"]
+
+    def scheduled() -> list[dict[str, Any]] | None:
+        pods = _pods(cp, namespace)
+        return pods if pods and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = wait_for(scheduled, timeout=120, what="the serving pod scheduled")
+    assert pods is not None
+    (pod,) = pods
+    assert pod["spec"]["nodeName"] == tray
+    (claim,) = cp.kubectl_json("get", "resourceclaims", "-n", namespace)["items"]
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == 4
+    # A later reconcile (a spec change) sees the serving's own claim holding all four devices.
+    cp.kubectl(
+        "patch", "dss", "dsv41", "-n", namespace, "--type=merge", "-p",
+        '{"spec": {"maxPendingReplicas": 1}}',
+    )  # fmt: skip
+
+    def decided_again() -> dict[str, Any] | None:
+        obj = _get(cp, namespace)
+        cond = condition(obj, "Placeable")
+        fresh = obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if fresh and "4 of 4 devices free" in cond.get("message", "") else None
+
+    again = wait_for(decided_again, timeout=120, what="Placeable counting its own claim as free")
+    assert again is not None and condition(again, "Placeable")["status"] == "True"
+
+
+READY, FAILED = "ComputeDomainReady", "ComputeDomainFailed"  # condition types the test picks
+
+
+def test_a_compute_domain_binding_condition_set_by_the_test_releases_the_pod(
+    full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    cp = full_cluster
+    (tray,) = _dra_pool(cp, node_factory, namespace, "NVIDIA-GB200")
+    node = cp.kubectl_json("get", "node", tray)
+    channel = resource_slice(node)
+    channel["metadata"]["name"] = f"{tray}-binding-channel"
+    for device in channel["spec"]["devices"]:
+        # What a compute-domain controller publishes when the channel is usable only once the
+        # domain's IMEX daemons run: the scheduler waits in PreBind for READY on the claim.
+        device |= {"bindingConditions": [READY], "bindingFailureConditions": [FAILED]}
+    cp.apply(device_classes())
+    cp.apply(channel)
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "channel", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}]
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "imex", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"pool": namespace},
+            "resourceClaims": [{"name": "channel", "resourceClaimName": "channel"}],
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "channel"}]}}
+            ],
+        },
+    }
+    cp.apply([claim, pod])
+
+    def allocated() -> dict[str, Any] | None:
+        got = _get(cp, namespace, "resourceclaim", "channel")
+        return got if (got.get("status") or {}).get("allocation") else None
+
+    got = wait_for(allocated, timeout=60, what="the channel claim allocated")
+    assert got is not None
+    (result,) = got["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == (tray, "channel-0")
+    assert result.get("bindingConditions") == [READY]
+    # Allocated, yet the pod stays unbound while the condition is not set.
+    for _ in range(10):
+        assert not _get(cp, namespace, "pod", "imex")["spec"].get("nodeName")
+        time.sleep(0.5)
+    status = {
+        "status": {
+            "devices": [
+                {
+                    "driver": result["driver"],
+                    "pool": result["pool"],
+                    "device": result["device"],
+                    "conditions": [
+                        {
+                            "type": READY,
+                            "status": "True",
+                            "reason": "IMEXDaemonsReady",
+                            "message": "set by the test in the controller's place",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                        }
+                    ],
+                }
+            ]
+        }
+    }
+    cp.kubectl(
+        "patch", "resourceclaim", "channel", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
+    bound = wait_for(
+        lambda: _get(cp, namespace, "pod", "imex")["spec"].get("nodeName"),
+        timeout=120,
+        what="the pod bound once the binding condition is True",
+    )
+    assert bound == tray
+    cp.kubectl("delete", "pod/imex", "resourceclaim/channel", "-n", namespace, "--wait=false")
+    cp.kubectl("delete", "resourceslice", channel["metadata"]["name"], "--ignore-not-found")

@@ -349,6 +349,12 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
         assert not can("list", "pods", "-n", "kube-system")
         assert not can("create", "pods", "-n", served) and not can("get", "pods", "-n", served)
         assert not can("list", "deployments.apps", "--all-namespaces")
+        # ResourceClaims: listed and watched in every namespace (a claim anywhere holds a
+        # device), never fetched alone or written.
+        claims = "resourceclaims.resource.k8s.io"
+        assert can("list", claims, "--all-namespaces") and can("watch", claims, "-n", "default")
+        assert not can("get", claims, "-n", served) and not can("patch", claims, "-n", served)
+        assert not can("update", f"{claims}/status", "-n", served)
         assert not can("get", "secrets", "-n", served)
 
         # The same, as the ServiceAccount itself: the API server refuses the write.

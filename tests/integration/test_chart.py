@@ -192,10 +192,11 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
         assert cluster_resources == {
             "nodes",
             "resourceslices",
+            "resourceclaims",
             "customresourcedefinitions",
             "namespaces",
         }
-        assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
+        assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in role["rules"])
         assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watch)
         bindings = by_kind(docs, "RoleBinding")
         assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(watch)
@@ -216,6 +217,9 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
             assert rule["resources"] == ["pods"] and set(rule["verbs"]) == {"list", "watch"}
         if "nodes" in rule["resources"] or "resourceslices" in rule["resources"]:
             assert set(rule["verbs"]) == {"get", "list", "watch"}
+        if "resourceclaims" in rule["resources"]:  # free DRA devices: read claims, never write
+            assert rule["resources"] == ["resourceclaims"]
+            assert set(rule["verbs"]) == {"list", "watch"}
 
     # The serving admission policy: the requesting user's own rights, on by default.
     serving_policy = one(docs, "ValidatingAdmissionPolicy", "admission")

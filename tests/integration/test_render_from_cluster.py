@@ -8,10 +8,12 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.dra_slices import dra_only, gpu_claim
 from tests.gpu_nodes import make_gpu_node
 from tests.k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
 from tests.k8s.operator import install_crds
@@ -167,3 +169,75 @@ def test_render_from_cluster_lists_the_actions_against_the_live_objects_deletes_
     )  # fmt: skip
     assert "Actions against the cluster (nothing is written):" in text.stdout, text.stdout
     assert "  delete Service/dry-old" in text.stdout
+
+
+def _render(cp: ControlPlane, path: pathlib.Path, *source: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path), *source, "-o", "json"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "KUBECONFIG": str(cp.kubeconfig)}, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout)["status"])
+
+
+@pytest.mark.integration
+def test_render_from_cluster_counts_only_devices_no_claim_holds(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """A DRA-only tray, and a claim (its allocation written as the scheduler would) holding two
+    of its four GPUs: --from-cluster lists the claims and says what the --nodes file of
+    ``kubectl get nodes,resourceslices,resourceclaims -A -o yaml`` says."""
+    name = f"{namespace}-dra"
+    twin, gpu_slice = dra_only(
+        make_gpu_node(name, "NVIDIA-GB200", extra_labels={"pool": namespace})
+    )
+    assert gpu_slice is not None
+    control_plane.create_node(twin, wait_ready=False)
+    try:
+        ready = {"type": "Ready", "status": "True", "reason": "Test", "message": "test"}
+        control_plane.kubectl(
+            "patch", "node", name, "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"conditions": [ready]}}),
+        )  # fmt: skip
+        control_plane.apply(gpu_slice)
+        claim = gpu_claim("holder", name, ["gpu-0", "gpu-1"], namespace=namespace)
+        status = claim.pop("status")
+        control_plane.apply(claim)
+        control_plane.kubectl(
+            "patch", "resourceclaim", "holder", "-n", namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": status}),
+        )  # fmt: skip
+        doc = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
+        doc["spec"]["nodeSelector"] = {"pool": namespace}
+        doc["spec"].pop("tolerations", None)
+        path = pathlib.Path(control_plane.work_dir) / f"{namespace}-dra.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        live = _render(control_plane, path, "--from-cluster")
+        placeable = next(c for c in live["conditions"] if c["type"] == "Placeable")
+        assert placeable["status"] == "False"
+        assert (
+            f"{name}: 2 of 4 devices free, 2 held by other claims < 4 per pod"
+            in placeable["message"]
+        )
+        dump = control_plane.kubectl(
+            "get", "nodes,resourceslices,resourceclaims", "-A", "-o", "yaml"
+        )
+        nodes = pathlib.Path(control_plane.work_dir) / f"{namespace}-cluster.yaml"
+        nodes.write_text(dump.stdout)
+        offline = _render(control_plane, path, "--nodes", str(nodes))
+
+        def said(status: dict[str, Any]) -> list[tuple[str, ...]]:
+            return [
+                (c["type"], c["status"], c["reason"], c["message"]) for c in status["conditions"]
+            ]
+
+        assert said(offline) == said(live)
+        assert offline["resolved"] == live["resolved"]
+    finally:
+        control_plane.kubectl(
+            "delete", "resourceclaim", "holder", "-n", namespace, "--ignore-not-found"
+        )
+        control_plane.kubectl(
+            "delete", "resourceslice", gpu_slice["metadata"]["name"], "--ignore-not-found"
+        )
+        control_plane.delete_node(name)

@@ -355,7 +355,7 @@ REFUSED = {
     ),
     "a Pod is refused naming what the file may hold": (
         {"apiVersion": "v1", "kind": "Pod"},
-        "document 1 is a Pod, not a Node, a ResourceSlice or a List of them",
+        "document 1 is a Pod, not a Node, a ResourceSlice, a ResourceClaim or a List of them",
     ),
 }
 

@@ -148,9 +148,9 @@ def test_the_engine_runs_once_per_spec_and_inventory_and_again_after_a_node_chan
     evaluations: list[str] = []
     real = plan_module.resolve
 
-    def counting(spec: Any, inventory: Any, previous: Any, apis: Any = None) -> Any:
+    def counting(spec: Any, inventory: Any, previous: Any, apis: Any = None, **kw: Any) -> Any:
         evaluations.append(spec.model.served_model_name)
-        return real(spec, inventory, previous, apis)
+        return real(spec, inventory, previous, apis, **kw)
 
     monkeypatch.setattr(plan_module, "resolve", counting)
     seed = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115

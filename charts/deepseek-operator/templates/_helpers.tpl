@@ -63,6 +63,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceslices"]
   verbs: ["get", "list", "watch"]
+# Which of those devices ResourceClaims hold (in any namespace), so they are not counted free:
+# read only, listed and watched, never fetched alone.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims"]
+  verbs: ["list", "watch"]
 # kopf scans CRDs to resolve the resources it serves.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]

@@ -1,4 +1,4 @@
-"""What a Node or ResourceSlice event makes of the operator's state: the node index updated, and
+"""What a Node, ResourceSlice or ResourceClaim event makes of the operator's state: the node index updated, and
 the DeepSeekServings that may see the changed node re-decided (a mixin of
 :class:`~deepseek_operator.controller.state.OperatorState`, kept apart to keep each module small).
 """
@@ -16,7 +16,7 @@ from deepseek_operator.nodes.facts import NodeFacts
 
 
 class NodeEvents:
-    """Node and ResourceSlice events; the state it needs is the OperatorState's own."""
+    """Node, ResourceSlice and ResourceClaim events; the state it needs is the OperatorState's own."""
 
     nodes: NodeTracker
     nodes_listed: asyncio.Event
@@ -50,6 +50,17 @@ class NodeEvents:
     def slice_seen(self, type_: str, name: str, item: dict[str, Any] | None) -> None:
         """One ResourceSlice event (``item`` None: another driver's slice)."""
         self.nodes_changed(self.nodes.observe_slice(name, None if type_ == "DELETED" else item))
+
+    def claims_seen(self, watch: str, listed: dict[str, Any]) -> None:
+        """A full ResourceClaim listing; reconciles wait for the first one, as for slices (a
+        first decision on devices other claims hold would put pods where they stay Pending)."""
+        changes = self.nodes.replace_claims(listed)
+        self._listed(watch, set())
+        self.nodes_changed(changes if self.nodes_listed.is_set() else [])
+
+    def claim_seen(self, type_: str, key: str, item: dict[str, Any] | None) -> None:
+        """One ResourceClaim event (``item`` None: it holds no GPU device)."""
+        self.nodes_changed(self.nodes.observe_claim(key, None if type_ == "DELETED" else item))
 
     def nodes_changed(self, changes: list[NodeChange]) -> None:
         """Re-evaluate the DeepSeekServings these node changes can affect (and only those)."""

@@ -8,6 +8,8 @@ when a reconcile asks for it (``inventory_builds`` counts them, for the regressi
 
 ``gpu.nvidia.com`` ResourceSlices are kept beside the Nodes, as they change apart from them, and
 merged into the facts of their node when the inventory is built (``nodes/dra.py`` reads them).
+ResourceClaims that hold ``gpu.nvidia.com`` devices are kept the same way (reduced to those
+devices, ``nodes/claims.py``): a held device is not free for any serving but the claim's own.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.names import DRA_GPU_DRIVER, GFD_TIMESTAMP
-from deepseek_operator.nodes.dra import read_slices
+from deepseek_operator.nodes.claims import held_devices
+from deepseek_operator.nodes.dra import read_slices, with_claims
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, with_dra
 
 # Labels rewritten on every pass of their producer that carry no GPU fact.
@@ -80,6 +83,8 @@ class NodeTracker:
         self._facts: dict[str, NodeFacts] = {}
         self._inventory: NodeInventory | None = None  # None: stale since the last change
         self._slices: dict[str, dict[str, Any]] = {}  # gpu.nvidia.com ResourceSlices by name
+        self._claims: dict[str, dict[str, Any]] = {}  # claims holding GPU devices, by key
+        self._pool_nodes: dict[str, set[str | None]] | None = None  # None: stale
         self.inventory_builds = 0
 
     def __len__(self) -> int:
@@ -126,7 +131,7 @@ class NodeTracker:
             return []
         else:
             self._slices[name] = item
-        self._inventory = None
+        self._inventory = self._pool_nodes = None
         return self._node_changes({_slice_node(before), _slice_node(item)})
 
     def replace_slices(self, listed: Mapping[str, dict[str, Any] | None]) -> list[NodeChange]:
@@ -136,8 +141,45 @@ class NodeTracker:
             return []
         touched = {_slice_node(i) for i in (*self._slices.values(), *kept.values())}
         self._slices = kept
+        self._inventory = self._pool_nodes = None
+        return self._node_changes(touched)
+
+    def observe_claim(self, key: str, item: dict[str, Any] | None) -> list[NodeChange]:
+        """Record a ResourceClaim (None once deleted, or holding no GPU device); a change of the
+        nodes whose devices it holds (before or after)."""
+        before = self._claims.get(key)
+        if item is None:
+            if before is None:
+                return []
+            del self._claims[key]
+        elif before == item:
+            return []
+        else:
+            self._claims[key] = item
+        self._inventory = None
+        return self._node_changes(self._claim_nodes([before, item]))
+
+    def replace_claims(self, listed: Mapping[str, dict[str, Any] | None]) -> list[NodeChange]:
+        """Take a full ResourceClaim listing as the truth; the changes of the nodes it touches."""
+        kept = {key: item for key, item in listed.items() if item is not None}
+        if kept == self._claims:
+            return []
+        touched = self._claim_nodes([*self._claims.values(), *kept.values()])
+        self._claims = kept
         self._inventory = None
         return self._node_changes(touched)
+
+    def _claim_nodes(self, claims: list[dict[str, Any] | None]) -> set[str | None]:
+        """The nodes whose slices publish the pools the claims' devices come from."""
+        if self._pool_nodes is None:  # pool -> nodes, rebuilt after a slice change
+            self._pool_nodes = {}
+            for item in self._slices.values():
+                spec = item.get("spec")
+                pool = spec.get("pool") if isinstance(spec, dict) else None
+                if isinstance(pool, dict) and isinstance(pool.get("name"), str):
+                    self._pool_nodes.setdefault(pool["name"], set()).add(_slice_node(item))
+        pools = {d.get("pool") for c in claims if c for d in c.get("devices", ())}
+        return {n for p in pools if isinstance(p, str) for n in self._pool_nodes.get(p, ())}
 
     def _node_changes(self, names: set[str | None]) -> list[NodeChange]:
         # The label-only facts stand for the node: may_affect reads labels, which slices never
@@ -156,6 +198,7 @@ class NodeTracker:
                 self._inventory = NodeInventory(tuple(nodes))
             else:
                 dra = read_slices(self._slices.values(), (n.name for n in nodes))
+                dra = with_claims(dra, held_devices(self._claims.values()))
                 merged = tuple(with_dra(n, dra.by_node.get(n.name)) for n in nodes)
                 self._inventory = NodeInventory(merged, dra.problems)
         return self._inventory

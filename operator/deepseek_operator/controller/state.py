@@ -150,7 +150,7 @@ class OperatorState(NodeEvents):
                     name=name,
                 )
                 self.watches.append(watch)
-                if spec.child or spec.kind in ("StatefulSet", "ResourceSlice"):
+                if spec.child or spec.kind in ("StatefulSet", "ResourceSlice", "ResourceClaim"):
                     self._unlisted.add(name)  # every reconcile waits for their listing
                 if spec.crd is not None:
                     self.crd_watches.append((spec.crd, watch))
@@ -167,6 +167,8 @@ class OperatorState(NodeEvents):
             )
         if spec.asks is Asks.SLICES:  # gpu.nvidia.com ResourceSlices: the GPUs of DRA nodes
             return functools.partial(self.slices_seen, name), self.slice_seen
+        if spec.asks is Asks.CLAIMS:  # ResourceClaims: which DRA devices are no longer free
+            return functools.partial(self.claims_seen, name), self.claim_seen
         if spec.asks is Asks.OWNER_STATUS:  # pods
             return (
                 lambda snapshot: self.pods_listed(

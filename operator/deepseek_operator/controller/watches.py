@@ -14,6 +14,10 @@ What an event asks for (:class:`Asks`):
 * ``SLICES``: a ``gpu.nvidia.com`` ResourceSlice added, changed or deleted re-evaluates the
   DeepSeekServings whose ``nodeSelector`` matches the node it names (debounced), as a Node
   change does. Other drivers' slices are dropped in the watch thread.
+* ``CLAIMS``: a ResourceClaim whose allocation holds ``gpu.nvidia.com`` devices added, changed or
+  deleted re-evaluates the DeepSeekServings whose ``nodeSelector`` matches the nodes of those
+  devices (debounced): held devices are not free. Claims holding no GPU are dropped in the watch
+  thread; of the others only namespace, name, owning pod and devices are kept.
 * ``OWNER``: a child event (readiness, hand edit, deletion) reconciles its owner; the echo of
   our own apply (the very version it returned) does not. A StatefulSet our LeaderWorkerSet made
   reconciles the DeepSeekServing of that name (its refused pods surface as ``PodsRefused``).
@@ -53,6 +57,7 @@ from deepseek_operator.names import (
     PLURAL,
     RESOURCE_CLAIM_TEMPLATE_KIND,
 )
+from deepseek_operator.nodes.claims import claim_of
 
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 # Debounces: a burst of events costs one reconcile per object.
@@ -65,6 +70,7 @@ class Asks(enum.Enum):
 
     MATCHING = "the DeepSeekServings whose nodeSelector matches, after 1 s"
     SLICES = "the DeepSeekServings whose nodeSelector matches the slice's node, after 1 s"
+    CLAIMS = "the DeepSeekServings whose nodeSelector matches the held devices' nodes, after 1 s"
     OWNER = "its owner (by label), after 0.2 s"
     OWNER_STATUS = "a status-only reconcile of its owner, after 1 s"
     SELF = "the object itself, at once (new, new generation, start-up)"
@@ -127,6 +133,11 @@ WATCHES: tuple[Watch, ...] = (
     # 404, which the list-watch takes as "not served" (no slices, label facts only).
     Watch(
         "ResourceSlice", DRA_API_VERSION, "resourceslices", slice_of, Asks.SLICES, namespaced=False
+    ),
+    # Devices other claims hold are not free (nodes/claims.py); cluster-wide, as a claim in any
+    # namespace holds a device. Not served: no claims, every device free.
+    Watch(
+        "ResourceClaim", DRA_API_VERSION, "resourceclaims", claim_of, Asks.CLAIMS, namespaced=False
     ),
     _child("Deployment", "apps/v1", "deployments"),
     _child("Service", "v1", "services"),

@@ -40,6 +40,7 @@ from deepseek_operator.engine.release import choose_release
 from deepseek_operator.engine.resolution import DecisionInputs, Resolution
 from deepseek_operator.engine.stability import PreviousDecision, keep_previous
 from deepseek_operator.names import REASON_LWS_NOT_INSTALLED
+from deepseek_operator.nodes.claims import ClaimOwner
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory
 
 
@@ -49,6 +50,7 @@ def resolve(
     previous: PreviousDecision | None = None,
     apis: ClusterApis | None = None,
     kv_role: str | None = None,
+    owner: ClaimOwner | None = None,
 ) -> Resolution:
     """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``.
 
@@ -56,9 +58,12 @@ def resolve(
     NVLink trays every group is confined to one NVLink clique (``apis`` says what the cluster
     serves: LeaderWorkerSet, NVIDIA's ComputeDomain). ``kv_role``: the role of a disaggregated
     serving whose projected spec ``spec`` is (its KV-transfer refusals are checked too).
+    ``owner``: the serving's workloads, whose pods' ResourceClaims hold DRA devices that are
+    free for it (devices any other claim holds are not).
     """
     apis = apis or ClusterApis()
     facts = model_facts(spec.model)
+    claim_owner = inventory.claim_key(owner)
     # What decides the candidate nodes: every spec with the same key, on the same inventory,
     # shares them and every result computed over them (placements, node checks), so a fleet
     # of objects on a few pools walks each pool's nodes once per node change, not once per
@@ -68,6 +73,7 @@ def resolve(
         spec.gpu_resource_name,
         tuple(sorted(spec.node_selector.items())),
         tuple(spec.tolerations),
+        claim_owner,
     )
 
     def shared(key: Hashable, compute: Callable[[], Any]) -> Any:
@@ -86,6 +92,7 @@ def resolve(
         shared=shared,
         excluded=shared("excluded", lambda: excluded_gpu_nodes(spec, inventory)),
         kv_role=kv_role,
+        claim_owner=claim_owner,
     )
     requested = spec.moe_backend
     refused = release_refusal(inputs, requested)

@@ -29,6 +29,7 @@ from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.resolution import KVTransfer, Resolution
 from deepseek_operator.engine.stability import PreviousDecision
 from deepseek_operator.names import REASON_INSUFFICIENT_NODES
+from deepseek_operator.nodes.claims import ClaimOwner
 from deepseek_operator.nodes.facts import NodeInventory
 
 Memo = Callable[[Hashable, Callable[[], Any]], Any]
@@ -73,7 +74,10 @@ def transfer_path(shared: set[str], placeable: bool) -> CheckResult:
 
 
 def _fit_together(
-    inventory: NodeInventory, decided: list[RoleDecision], resource: str
+    inventory: NodeInventory,
+    decided: list[RoleDecision],
+    resource: str,
+    owner: ClaimOwner | None = None,
 ) -> dict[str, tuple[int, int]]:
     """Pods of each role placed when both pools share the nodes: (placed, wanted) per role.
 
@@ -90,7 +94,7 @@ def _fit_together(
             for name in res.eligible_nodes:
                 if name not in free:
                     facts = inventory.named(name)
-                    free[name] = facts.gpus(resource) if facts else 0
+                    free[name] = facts.free_gpus(resource, owner) if facts else 0
                 if free[name] >= res.gpus_per_pod:
                     fits.append(name)
             if not fits:
@@ -103,10 +107,14 @@ def _fit_together(
 
 
 def fit_together(
-    inventory: NodeInventory, decided: list[RoleDecision], resource: str
+    inventory: NodeInventory,
+    decided: list[RoleDecision],
+    resource: str,
+    owner: ClaimOwner | None = None,
 ) -> CheckResult:
-    """Both pools fit on the eligible nodes at once (each role's own Capacity counts it alone)."""
-    fit = _fit_together(inventory, decided, resource)
+    """Both pools fit on the eligible nodes at once (each role's own Capacity counts it alone;
+    on DRA nodes, devices that claims of ``owner``'s pods hold are free for both)."""
+    fit = _fit_together(inventory, decided, resource, owner)
     parts = ", ".join(
         f"{d.role} {fit[d.role][0]}/{fit[d.role][1]} pod(s) of {d.resolution.gpus_per_pod} GPUs"
         for d in decided
@@ -147,11 +155,13 @@ def resolve_roles(
     previous: Mapping[str, PreviousDecision],
     apis: ClusterApis | None,
     memo: Memo | None = None,
+    owner: ClaimOwner | None = None,
 ) -> tuple[RoleDecision, ...]:
     """Every role's decision for disaggregated ``spec``, in :data:`ROLE_KINDS` order.
 
     ``previous``: the decision running for each role (stability per role); ``memo``: shares a
-    role's decision between reconciles on the same inventory (default: none).
+    role's decision between reconciles on the same inventory (default: none); ``owner``:
+    both roles' workloads, whose pods' claims hold DRA devices free for this serving.
     """
     assert spec.disaggregation is not None
     connector = spec.disaggregation.kv_connector
@@ -162,9 +172,10 @@ def resolve_roles(
         prev = previous.get(kind)
 
         def compute(s: DeepSeekServingSpec = role_spec, r: str = kv_role, p: Any = prev) -> Any:
-            return resolve(s, inventory, p, apis, kv_role=r)
+            return resolve(s, inventory, p, apis, kv_role=r, owner=owner)
 
-        key = ("resolve", role_spec.model_dump_json(), prev, apis, kv_role)
+        held = inventory.claim_key(owner)
+        key = ("resolve", role_spec.model_dump_json(), prev, apis, kv_role, held)
         res: Resolution = memo(key, compute) if memo else compute()
         decided.append(RoleDecision(kind, role_spec, res))
     cliques = [_cliques(inventory, d.resolution) for d in decided]
@@ -172,7 +183,9 @@ def resolve_roles(
     placeable = all(d.resolution.placement.placeable for d in decided)
     path = transfer_path(shared, placeable)
     routing = inference_pool_check(spec, apis or ClusterApis())
-    together = fit_together(inventory, decided, spec.gpu_resource_name) if placeable else None
+    together = (
+        fit_together(inventory, decided, spec.gpu_resource_name, owner) if placeable else None
+    )
     out = []
     for d in decided:
         transfer = KVTransfer(

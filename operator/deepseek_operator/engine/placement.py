@@ -3,7 +3,8 @@
 :class:`NodeRequirement` is the node-level half of a decision (SM100, fully NVLink-connected,
 …). ``render/affinity.py`` turns the same requirement into node-affinity terms over the same
 labels, so the scheduler admits exactly the nodes :meth:`NodeRequirement.admits` admits.
-Capacity counts whole pods per node from allocatable GPUs.
+Capacity counts whole pods per node from allocatable GPUs, or on a DRA node from its devices
+that no claim holds but the serving's own pods' (:mod:`deepseek_operator.nodes.claims`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from deepseek_operator import names
 from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.nodes.claims import ClaimOwner
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, fabric_usable
 from deepseek_operator.nodes.precedence import COMPUTE, MEMORY_MIB, NVLINK, parse_gt_int
 from deepseek_operator.nodes.taints import blocking_taints
@@ -206,20 +208,27 @@ def place(
     gpus_per_pod: int,
     pods_per_replica: int,
     excluded: Sequence[tuple[str, str]] = (),
+    owner: ClaimOwner | None = None,
 ) -> Placement:
     """Eligible nodes and replica capacity for ``requirement`` among ``cands``.
 
     ``excluded``: GPU-labelled nodes that are no candidates, and why (named in the message).
+    ``owner``: the serving whose pods' claims hold devices that count as free for it.
     """
     resource = spec.gpu_resource_name
     eligible: list[str] = []
     pods = 0
     rejected: list[tuple[str, str]] = []
     per_clique: dict[str, list[int]] = {}  # clique -> [nodes, pods]
+    devices = [0, 0]  # DRA devices of admitted nodes: [free, all]
     for node in cands:
         why = requirement.why_not(node)
         if not why:
-            gpus = node.gpus(resource)
+            gpus = node.free_gpus(resource, owner)
+            dra = node.dra if node.dra is not None and node.dra_counted(resource) else None
+            if dra is not None:
+                devices[0] += gpus
+                devices[1] += dra.count
             if gpus >= gpus_per_pod:
                 eligible.append(node.name)
                 pods += gpus // gpus_per_pod
@@ -228,7 +237,11 @@ def place(
                     entry[0] += 1
                     entry[1] += gpus // gpus_per_pod
                 continue
-            why = f"{gpus} allocatable {resource} < {gpus_per_pod} per pod"
+            why = (
+                f"{free_devices(gpus, dra.count)} < {gpus_per_pod} per pod"
+                if dra is not None
+                else f"{gpus} allocatable {resource} < {gpus_per_pod} per pod"
+            )
         rejected.append((node.name, why))
     cliques = tuple(
         CliqueCapacity(clique, n, p, p // pods_per_replica if pods_per_replica else 0)
@@ -244,6 +257,8 @@ def place(
         f"{len(eligible)}/{len(cands)} candidate nodes can host a {gpus_per_pod}-GPU pod "
         f"(capacity {capacity} replica(s), {spec.replicas} wanted)"
     )
+    if devices[1]:
+        message += "; counted from free DRA devices: " + free_devices(*devices)
     if requirement.clique_key is not None:
         message += (
             f"; each {pods_per_replica}-pod group stays in one NVLink clique ({requirement.clique_key}): "
@@ -264,6 +279,12 @@ def place(
         message=message,
         cliques=cliques,
     )
+
+
+def free_devices(free: int, total: int) -> str:
+    """``4 of 4 devices free`` or ``2 of 4 devices free, 2 held by other claims``."""
+    held = total - free
+    return f"{free} of {total} devices free" + (f", {held} held by other claims" if held else "")
 
 
 def pool_clique_key(nodes: Sequence[NodeFacts]) -> str | None:

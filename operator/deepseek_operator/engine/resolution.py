@@ -14,6 +14,7 @@ from deepseek_operator.engine.layout import Layout, sequence_parallel
 from deepseek_operator.engine.model_facts import ModelFacts
 from deepseek_operator.engine.placement import NodeRequirement, Placement, Requirement, place
 from deepseek_operator.engine.release import ReleaseChoice
+from deepseek_operator.nodes.claims import ClaimOwner
 from deepseek_operator.nodes.facts import NodeFacts
 
 _T = TypeVar("_T")
@@ -105,6 +106,9 @@ class DecisionInputs:
     excluded: tuple[tuple[str, str], ...] = ()
     # A role of a disaggregated serving: the kv_role it renders (None: aggregated, no transfer).
     kv_role: str | None = None
+    # The serving whose pods' claims hold DRA devices on the candidates (None: it holds none),
+    # part of the shared results' key: those devices are free for it alone.
+    claim_owner: ClaimOwner | None = None
 
     @property
     def sm100_candidates(self) -> tuple[NodeFacts, ...]:
@@ -136,6 +140,7 @@ class DecisionInputs:
                 gpus_per_pod,
                 pods_per_replica,
                 self.excluded,
+                self.claim_owner,
             ),
         )
 

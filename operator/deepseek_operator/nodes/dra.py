@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import sm_family
+from deepseek_operator.nodes.claims import ClaimOwner, HeldDevice
 
 MIXED = "mixed"
 # Attribute names the decision reads, as the driver writes them (cmd/gpu-kubelet-plugin).
@@ -69,6 +70,7 @@ class DraGpu:
     cc: tuple[int, int]
     cc_text: str  # the version as published, ``9.0.0``
     memory_mib: int
+    pool: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +80,20 @@ class DraGpus:
     pools: tuple[str, ...]
     devices: tuple[DraGpu, ...]  # well-formed whole GPUs only: the count the decision uses
     problems: tuple[str, ...] = ()  # malformed slices and devices of this node, one line each
+    held: tuple[HeldDevice, ...] = ()  # claims' allocations of these devices
 
     @property
     def count(self) -> int:
         """Whole GPUs the node publishes (malformed devices excluded)."""
         return len(self.devices)
+
+    def held_by_others(self, owner: ClaimOwner | None) -> int:
+        """Devices a claim holds that is not one of ``owner``'s pods' (each device once)."""
+        return len({(h.pool, h.device) for h in self.held if owner is None or not owner.owns(h)})
+
+    def free(self, owner: ClaimOwner | None) -> int:
+        """Devices no claim holds, plus those held by ``owner``'s own pods."""
+        return self.count - self.held_by_others(owner)
 
     @property
     def product(self) -> str | None:
@@ -194,7 +205,7 @@ def _typed(value: Any, kind: str) -> str | None:
     return field if set_fields == [kind] and isinstance(field, str) else None
 
 
-def _read_device(device: Any, where: str) -> tuple[DraGpu | None, str]:
+def _read_device(device: Any, where: str, pool: str = "") -> tuple[DraGpu | None, str]:
     """A whole-GPU device, or None with why not ("" for a device that is simply no whole GPU)."""
     if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
         return None, f"{where}: a device without a name ({device!r:.60})"
@@ -236,6 +247,7 @@ def _read_device(device: Any, where: str) -> tuple[DraGpu | None, str]:
         cc=cc,
         cc_text=values[ATTR_CC],
         memory_mib=size // 2**20,
+        pool=pool,
     ), ""
 
 
@@ -318,7 +330,7 @@ def read_slices(slices: Iterable[Any], node_names: Iterable[str]) -> DraInventor
                 node_problems.append(f"{where}: spec.devices is not a list")
                 continue
             for device in raw_devices:
-                gpu, why = _read_device(device, where)
+                gpu, why = _read_device(device, where, pool_name)
                 if gpu is not None and gpu.name in seen:
                     why = f"{where}: device {gpu.name!r} is published twice"
                     gpu = None
@@ -332,3 +344,24 @@ def read_slices(slices: Iterable[Any], node_names: Iterable[str]) -> DraInventor
         for node, (p, d, problems_) in gathered.items()
     }
     return DraInventory(by_node=by_node, problems=tuple(problems))
+
+
+def with_claims(inventory: DraInventory, held: Iterable[HeldDevice]) -> DraInventory:
+    """``inventory`` with each node's devices that claims hold (``held``, from
+    :func:`~deepseek_operator.nodes.claims.held_devices`); a held device that is no well-formed
+    GPU of a known node counts nowhere, as it was never counted."""
+    where = {
+        (d.pool, d.name): node for node, gpus in inventory.by_node.items() for d in gpus.devices
+    }
+    per_node: dict[str, list[HeldDevice]] = {}
+    for h in held:
+        node = where.get((h.pool, h.device))
+        if node is not None:
+            per_node.setdefault(node, []).append(h)
+    if not per_node:
+        return inventory
+    by_node = {
+        node: replace(gpus, held=tuple(per_node[node])) if node in per_node else gpus
+        for node, gpus in inventory.by_node.items()
+    }
+    return DraInventory(by_node=by_node, problems=inventory.problems)

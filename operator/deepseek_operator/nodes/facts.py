@@ -17,7 +17,8 @@ from typing import Any, TypeVar, cast
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import find_product
-from deepseek_operator.nodes.dra import DraGpus, read_slices
+from deepseek_operator.nodes.claims import ClaimOwner, held_devices
+from deepseek_operator.nodes.dra import DraGpus, read_slices, with_claims
 from deepseek_operator.nodes.precedence import (
     COMPUTE,
     MEMORY_MIB,
@@ -88,6 +89,17 @@ class NodeFacts:
         if allocatable <= 0 and self.dra is not None:
             return self.dra.count
         return allocatable
+
+    def dra_counted(self, resource_name: str) -> bool:
+        """Whether :meth:`gpus` counts this node's DRA devices (it has no allocatable GPUs)."""
+        return self.allocatable.get(resource_name, 0) <= 0 and self.dra is not None
+
+    def free_gpus(self, resource_name: str, owner: ClaimOwner | None = None) -> int:
+        """:meth:`gpus` less the DRA devices held by claims other than ``owner``'s pods' (a
+        device-plugin node's allocatable GPUs are counted as they are)."""
+        if self.dra is not None and self.dra_counted(resource_name):
+            return self.dra.free(owner)
+        return self.gpus(resource_name)
 
     @property
     def gpus_from_dra(self) -> bool:
@@ -165,6 +177,23 @@ class NodeInventory:
             self._memo.clear()
         value = self._memo[key] = compute()
         return value
+
+    def claim_key(self, owner: ClaimOwner | None) -> ClaimOwner | None:
+        """``owner`` when some claim of its pods holds a device here, else None: the decisions
+        of servings that hold nothing see the same free devices, so they share one result."""
+        if owner is None:
+            return None
+
+        def holders() -> dict[str, set[str]]:  # namespace -> pods whose claims hold devices
+            out: dict[str, set[str]] = {}
+            for n in self.nodes:
+                for h in n.dra.held if n.dra else ():
+                    if h.pod:
+                        out.setdefault(h.namespace, set()).add(h.pod)
+            return out
+
+        pods = self.memoized(("claim holders",), holders).get(owner.namespace, ())
+        return owner if any(owner.owns_pod(pod) for pod in pods) else None
 
     def _label_index(self, key: str) -> dict[str, list[NodeFacts]]:
         index = self._by_label.get(key)
@@ -280,13 +309,14 @@ def with_dra(facts: NodeFacts, dra: DraGpus | None) -> NodeFacts:
 
 
 def build_inventory(
-    nodes: Iterable[Mapping[str, Any]], slices: Iterable[Any] = ()
+    nodes: Iterable[Mapping[str, Any]], slices: Iterable[Any] = (), claims: Iterable[Any] = ()
 ) -> NodeInventory:
-    """Build the inventory from Node objects and ResourceSlices, sorted by name for stable
-    messages. Slices of drivers other than ``gpu.nvidia.com`` are ignored."""
+    """Build the inventory from Node objects, ResourceSlices and ResourceClaims, sorted by name
+    for stable messages. Slices and claim devices of drivers other than ``gpu.nvidia.com`` are
+    ignored; a claim's allocated devices are held (not free) on their node."""
     node_list = list(nodes)
     node_names = [str((n.get("metadata") or {}).get("name", "")) for n in node_list]
-    dra = read_slices(slices, node_names)
+    dra = with_claims(read_slices(slices, node_names), held_devices(claims))
     facts = (
         node_facts(n, dra.by_node.get(name)) for n, name in zip(node_list, node_names, strict=True)
     )

@@ -1,8 +1,8 @@
 """``deepseek-operator render``: the operator's decision, status and manifests, offline.
 
-Reads one DeepSeekServing and the Nodes with their ``gpu.nvidia.com`` ResourceSlices
-(``kubectl get nodes,resourceslices -o yaml`` output, Node and ResourceSlice documents, or the
-live cluster), then calls the same pure :func:`~deepseek_operator.plan.plan` the
+Reads one DeepSeekServing and the Nodes with their ``gpu.nvidia.com`` ResourceSlices and the
+ResourceClaims that hold their devices (``kubectl get nodes,resourceslices,resourceclaims -A -o
+yaml`` output, Node, ResourceSlice and ResourceClaim documents, or the live cluster), then calls the same pure :func:`~deepseek_operator.plan.plan` the
 operator calls. Exit 0 on a valid spec, 1 with one line on stderr otherwise; never a traceback.
 This package stays free of kopf and (unless --from-cluster) of the Kubernetes client, so the
 command starts fast.
@@ -23,11 +23,12 @@ from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.commands.render.cluster import (
     cluster_group_versions,
     cluster_nodes,
+    cluster_resource_claims,
     cluster_resource_slices,
 )
 from deepseek_operator.commands.render.inputs import (
     ServingDocument,
-    load_cluster_file,
+    load_cluster_inputs,
     load_serving_file,
 )
 from deepseek_operator.commands.render.output import SEPARATORS, format_preview
@@ -69,13 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     nodes = parser.add_mutually_exclusive_group()
     nodes.add_argument(
         "--nodes",
-        help="`kubectl get nodes,resourceslices -o yaml` output (Lists) or Node and "
-        "ResourceSlice documents; the gpu.nvidia.com slices state a DRA node's GPUs",
+        help="`kubectl get nodes,resourceslices,resourceclaims -A -o yaml` output (Lists) or "
+        "Node, ResourceSlice and ResourceClaim documents; the gpu.nvidia.com slices state a "
+        "DRA node's GPUs, the claims which of them are not free",
     )
     nodes.add_argument(
         "--from-cluster",
         action="store_true",
-        help="read the Nodes (and ResourceSlices) from the current kubeconfig",
+        help="read the Nodes (and ResourceSlices and ResourceClaims) from the current kubeconfig",
     )
     parser.add_argument("-o", "--output", choices=("text", "yaml", "json"), default="text")
     parser.add_argument(
@@ -110,18 +112,20 @@ def run(args: argparse.Namespace) -> int:
         documents = load_serving_file(args.filename)
         raw_nodes: list[dict[str, Any]] = []
         slices: list[dict[str, Any]] = []
+        claims: list[dict[str, Any]] = []
         if args.from_cluster:
             raw_nodes = cluster_nodes()
         elif args.nodes:
-            raw_nodes, slices = load_cluster_file(args.nodes)
+            raw_nodes, slices, claims = load_cluster_inputs(args.nodes)
         lws, compute_domain = args.leader_worker_set, args.compute_domain
         if args.from_cluster:  # what this cluster serves, as the operator would see it
             served = cluster_group_versions()
             if DRA_API_VERSION in served:
                 slices = cluster_resource_slices()
+                claims = cluster_resource_claims()
             lws = lws and LWS_API_VERSION in served
             compute_domain = compute_domain and COMPUTE_DOMAIN_API_VERSION in served
-        inventory = build_inventory(raw_nodes, slices)
+        inventory = build_inventory(raw_nodes, slices, claims)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         apis = ClusterApis(leader_worker_set=lws, compute_domain=compute_domain)
         planned = [_plan_document(d, inventory, now, apis) for d in documents]

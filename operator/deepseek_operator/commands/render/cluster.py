@@ -63,3 +63,21 @@ def cluster_resource_slices() -> list[dict[str, Any]]:
         raise InputError(
             f"--from-cluster: cannot list ResourceSlices: {exc}".splitlines()[0]
         ) from None
+
+
+def cluster_resource_claims() -> list[dict[str, Any]]:
+    """Every namespace's ResourceClaims (``resource.k8s.io/v1``), for --from-cluster: the
+    devices they hold are not free, as the operator's claim watch sees them."""
+    try:
+        from kubernetes import client, config
+
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+        group, _, version = DRA_API_VERSION.partition("/")
+        raw = client.CustomObjectsApi().list_cluster_custom_object(
+            group, version, "resourceclaims", _preload_content=False
+        )
+        return list(json.loads(raw.data)["items"])  # type: ignore[attr-defined]
+    except Exception as exc:
+        raise InputError(
+            f"--from-cluster: cannot list ResourceClaims: {exc}".splitlines()[0]
+        ) from None

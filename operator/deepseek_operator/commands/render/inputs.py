@@ -200,35 +200,51 @@ def load_nodes_file(path: str) -> list[dict[str, Any]]:
     return load_cluster_file(path)[0]
 
 
-# The List kinds kubectl prints for `get nodes`, `get resourceslices` and `get nodes,resourceslices`.
-_LISTS = ("List", "NodeList", "ResourceSliceList")
+# The List kinds kubectl prints for `get nodes`, `get resourceslices`, `get resourceclaims -A`
+# and `get nodes,resourceslices,resourceclaims -A`.
+_LISTS = ("List", "NodeList", "ResourceSliceList", "ResourceClaimList")
+RESOURCE_CLAIM_KIND = "ResourceClaim"
 
 
 def _cluster_object(item: Any, where: str, path: str) -> str:
     """``Node`` or ``ResourceSlice``, or an :class:`InputError` naming what the item is."""
     kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
-    if kind == RESOURCE_SLICE_KIND and isinstance(item, dict):
+    if kind in (RESOURCE_SLICE_KIND, RESOURCE_CLAIM_KIND) and isinstance(item, dict):
         version = item.get("apiVersion")
         if version != DRA_API_VERSION:
             # v1beta1 nests attributes under `basic`: reading it as v1 would count nothing.
             raise InputError(
                 f"--nodes {path}: {where} apiVersion: Unsupported value: {version!r}: a "
-                f"ResourceSlice must be {DRA_API_VERSION} (Kubernetes 1.34 and later)"
+                f"{kind} must be {DRA_API_VERSION} (Kubernetes 1.34 and later)"
             )
-        return RESOURCE_SLICE_KIND
+        return str(kind)
     if kind == "Node":
         return "Node"
     raise InputError(
-        f"--nodes {path}: {where} is a {kind}, not a Node, a ResourceSlice or a List of them "
-        "(use `kubectl get nodes,resourceslices -o yaml`)"
+        f"--nodes {path}: {where} is a {kind}, not a Node, a ResourceSlice, a ResourceClaim or "
+        "a List of them (use `kubectl get nodes,resourceslices,resourceclaims -A -o yaml`)"
     )
 
 
 def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Nodes and ResourceSlices (``resource.k8s.io/v1``) from ``kubectl get nodes,resourceslices
     -o yaml`` output, Lists of either, or ``---``-separated documents, in file order."""
+    nodes, slices, _claims = load_cluster_inputs(path)
+    return nodes, slices
+
+
+def load_cluster_inputs(
+    path: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Nodes, ResourceSlices and ResourceClaims (both ``resource.k8s.io/v1``) from ``kubectl get
+    nodes,resourceslices,resourceclaims -A -o yaml`` output, Lists of them, or ``---``-separated
+    documents, in file order."""
     docs = _load_yaml_documents(path, "--nodes")
-    found: dict[str, list[dict[str, Any]]] = {"Node": [], RESOURCE_SLICE_KIND: []}
+    found: dict[str, list[dict[str, Any]]] = {
+        "Node": [],
+        RESOURCE_SLICE_KIND: [],
+        RESOURCE_CLAIM_KIND: [],
+    }
     for index, doc in enumerate(docs, start=1):
         if doc is None:
             continue
@@ -240,4 +256,4 @@ def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], list[dict[str, A
                 found[_cluster_object(item, f"document {index} item {j}", path)].append(item)
         else:
             found[_cluster_object(doc, f"document {index}", path)].append(doc)
-    return found["Node"], found[RESOURCE_SLICE_KIND]
+    return found["Node"], found[RESOURCE_SLICE_KIND], found[RESOURCE_CLAIM_KIND]
