@@ -74,8 +74,8 @@ CORPUS ?= /tmp/deepseek-operator-corpus
 corpus: venv ## capture `render` over examples, fixtures and generated variants into $(CORPUS) (diff -r two captures; ~10 min)
 	$(BIN)/python -m hack.render_corpus capture $(CORPUS)
 
-test: venv cluster-bins vllm-newest image lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, and the built image
-	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q -m "not kind"
+test: venv cluster-bins vllm-newest image kind-node lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, the built image and the kind tier
+	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
 	$(BIN)/python -m bench.bench_core
