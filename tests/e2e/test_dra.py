@@ -87,6 +87,22 @@ def test_explicit_mega_moe_on_a_dra_h200_pool_is_pending_with_the_reason(
     assert _get(cp, namespace, "resourceclaimtemplate", "dsv41-gpus")
 
 
+def _claiming_pod(namespace: str, name: str, request: str, claim: str) -> dict[str, Any]:
+    """A pod on the pool's node whose container uses the ResourceClaim ``claim`` (as ``request``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"pool": namespace},
+            "resourceClaims": [{"name": request, "resourceClaimName": claim}],
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": request}]}}
+            ],
+        },
+    }
+
+
 def _holder(namespace: str, count: int) -> list[dict[str, Any]]:
     """Another workload's claim of ``count`` GPUs and the pod that uses it, on the pool's node:
     the real scheduler allocates the claim, so its devices are taken as on a live cluster."""
@@ -109,19 +125,7 @@ def _holder(namespace: str, count: int) -> list[dict[str, Any]]:
             }
         },
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "holder", "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"pool": namespace},
-            "resourceClaims": [{"name": "gpus", "resourceClaimName": "holder-gpus"}],
-            "containers": [
-                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpus"}]}}
-            ],
-        },
-    }
-    return [claim, pod]
+    return [claim, _claiming_pod(namespace, "holder", "gpus", "holder-gpus")]
 
 
 def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
@@ -210,19 +214,7 @@ def test_a_compute_domain_binding_condition_set_by_the_test_releases_the_pod(
             }
         },
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "imex", "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"pool": namespace},
-            "resourceClaims": [{"name": "channel", "resourceClaimName": "channel"}],
-            "containers": [
-                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "channel"}]}}
-            ],
-        },
-    }
-    cp.apply([claim, pod])
+    cp.apply([claim, _claiming_pod(namespace, "imex", "channel", "channel")])
 
     def allocated() -> dict[str, Any] | None:
         got = _get(cp, namespace, "resourceclaim", "channel")

@@ -225,7 +225,7 @@ def place(
         why = requirement.why_not(node)
         if not why:
             gpus = node.free_gpus(resource, owner)
-            dra = node.dra if node.dra is not None and node.dra_counted(resource) else None
+            dra = node.counted_dra(resource)
             if dra is not None:
                 devices[0] += gpus
                 devices[1] += dra.count

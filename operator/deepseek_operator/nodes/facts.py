@@ -82,24 +82,22 @@ class NodeFacts:
         """``10.0`` or ``unknown``."""
         return f"{self.cc[0]}.{self.cc[1]}" if self.cc else "unknown"
 
+    def counted_dra(self, resource_name: str) -> DraGpus | None:
+        """This node's DRA devices when they stand for its GPUs of ``resource_name`` (it has no
+        allocatable ones: a DRA-only node hands GPUs out through claims), else None."""
+        return self.dra if self.allocatable.get(resource_name, 0) <= 0 else None
+
     def gpus(self, resource_name: str) -> int:
         """Allocatable GPUs of ``resource_name``; on a node without any, its well-formed DRA
-        devices (a DRA-only node hands GPUs out through claims, never as allocatable)."""
-        allocatable = self.allocatable.get(resource_name, 0)
-        if allocatable <= 0 and self.dra is not None:
-            return self.dra.count
-        return allocatable
-
-    def dra_counted(self, resource_name: str) -> bool:
-        """Whether :meth:`gpus` counts this node's DRA devices (it has no allocatable GPUs)."""
-        return self.allocatable.get(resource_name, 0) <= 0 and self.dra is not None
+        devices."""
+        dra = self.counted_dra(resource_name)
+        return dra.count if dra is not None else self.allocatable.get(resource_name, 0)
 
     def free_gpus(self, resource_name: str, owner: ClaimOwner | None = None) -> int:
         """:meth:`gpus` less the DRA devices held by claims other than ``owner``'s pods' (a
         device-plugin node's allocatable GPUs are counted as they are)."""
-        if self.dra is not None and self.dra_counted(resource_name):
-            return self.dra.free(owner)
-        return self.gpus(resource_name)
+        dra = self.counted_dra(resource_name)
+        return dra.free(owner) if dra is not None else self.gpus(resource_name)
 
     @property
     def gpus_from_dra(self) -> bool:
