@@ -42,6 +42,7 @@ from tests.container.conftest import HARDENED, ROOT, Image
 from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 from tests.k8s.cluster import ControlPlane, free_port, wait_for
 from tests.k8s.conditions import condition, wait_condition
+from tests.k8s.operator import rbac_refusals
 
 pytestmark = [pytest.mark.container, pytest.mark.e2e]
 
@@ -252,14 +253,9 @@ def test_operator_image_runs_in_cluster_config_on_the_charts_rbac(
         r.get("msg") == "Reconciled DeepSeekServing" and r.get("namespace") == namespace
         for r in records
     ), op.logs()[-6000:]
-    refused = [
-        r
-        for r in records
-        if ("403" in json.dumps(r) or "forbidden" in json.dumps(r).lower())
-        and "NamespaceTerminating" not in json.dumps(r)
-    ]
+    refused = rbac_refusals(json.dumps(r) for r in records)
     assert not refused, "the chart's RBAC refused the containerised operator:\n" + "\n".join(
-        map(json.dumps, refused[:10])
+        refused[:10]
     )
     peers = cp.kubectl_json("get", "clusterkopfpeering", peering).get("status") or {}
     assert peers, "the operator in the container did not register in the chart's peering"

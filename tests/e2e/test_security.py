@@ -27,7 +27,7 @@ import yaml
 from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import wait_condition
-from tests.k8s.operator import OperatorProcess
+from tests.k8s.operator import OperatorProcess, rbac_refusals
 
 pytestmark = pytest.mark.e2e
 
@@ -392,12 +392,7 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
                 what="the Deployment in the watched namespace",
             )
             log = op.log_path.read_text(errors="replace")
-            refused = [
-                line
-                for line in log.splitlines()
-                if ("403" in line or "forbidden" in line.lower())
-                and "NamespaceTerminating" not in line
-            ]
+            refused = rbac_refusals(log.splitlines())
             assert not refused, "the namespaced RBAC refused the operator:\n" + "\n".join(
                 refused[:10]
             )

@@ -4,17 +4,34 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.k8s.cluster import ControlPlane, free_port, wait_for
+
+# A refusal is HTTP status 403 or the word Forbidden; a bare "403" would also match a port such as
+# 127.0.0.1:40307 in any retried request's log line.
+_REFUSAL = re.compile(r"(?<![\d.:])403(?!\d)|forbidden", re.IGNORECASE)
+
+
+def rbac_refusals(log_lines: Iterable[str]) -> list[str]:
+    """The operator log lines that report a request refused by RBAC.
+
+    A 403 for writing into a namespace that another test is deleting (NamespaceTerminating) is
+    the API server protecting that deletion, not an RBAC refusal.
+    """
+    return [
+        line for line in log_lines if _REFUSAL.search(line) and "NamespaceTerminating" not in line
+    ]
+
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILES = [
