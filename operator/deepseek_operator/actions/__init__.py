@@ -45,7 +45,7 @@ from deepseek_operator.names import (
     LWS_KIND,
     WORKLOAD_APPLIED,
 )
-from deepseek_operator.plan import ChildKey, Observed, invalid_spec_plan_status
+from deepseek_operator.plan import ChildKey, Observed, Plan, invalid_spec_plan_status
 from deepseek_operator.render.status import with_workload_applied
 
 # Retries after the API server refused a child: 10 s, 20 s, 40 s ... capped at 5 minutes.
@@ -134,6 +134,7 @@ class Writes:
     actions: list[Action]
     foreign: list[str]  # ForeignObject messages of children not written
     lws_written: bool  # the LeaderWorkerSet is written: its controller may refuse it silently
+    status_only: bool = False  # no child was considered: round 2 cannot tell WorkloadApplied
 
     @property
     def applies(self) -> list[Apply]:
@@ -184,7 +185,31 @@ def write_actions(
         first.append(PatchStatus(status))
     elif writes:
         first.append(CheckOwner())
-    return Writes(first + writes, foreign, lws_written)
+    return Writes(first + writes, foreign, lws_written, status_only)
+
+
+def plan_write_actions(
+    planned: Plan,
+    ours: Mapping[ChildKey, Mapping[str, Any]],
+    strangers: Mapping[ChildKey, Mapping[str, Any]],
+    old_status: Mapping[str, Any],
+    *,
+    owner_name: str,
+    status_only: bool = False,
+) -> Writes:
+    """Round 1 for ``planned``: :func:`write_actions` of its children and status.
+
+    A plan that holds its children (a disaggregated pair one of whose roles cannot run) makes
+    the round status-only, so a live pair is neither changed nor deleted."""
+    return write_actions(
+        planned.objects,
+        ours,
+        strangers,
+        planned.status_dict,
+        old_status,
+        owner_name=owner_name,
+        status_only=status_only or planned.holds_children,
+    )
 
 
 # --- round 2: WorkloadApplied and Events ------------------------------------------------------

@@ -18,8 +18,8 @@ from deepseek_operator.actions import (
     Action,
     after_write_actions,
     describe,
+    plan_write_actions,
     split_children,
-    write_actions,
 )
 from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.api.load import ServingObject
@@ -104,18 +104,14 @@ def cluster_actions(
     observed = Observed.from_body(live or {}, ours)
     planned = plan(obj, inventory, observed, now, apis)
     status = planned.status_dict
-    held = planned.holds_children
-    writes = write_actions(
-        planned.objects,
-        ours,
-        strangers,
-        status,
-        observed.raw_status,
-        owner_name=obj.name,
-        status_only=held,
-    )
+    writes = plan_write_actions(planned, ours, strangers, observed.raw_status, owner_name=obj.name)
     then = after_write_actions(
-        status, [], writes.foreign, generation=obj.generation, now=now, status_only=held
+        status,
+        [],
+        writes.foreign,
+        generation=obj.generation,
+        now=now,
+        status_only=writes.status_only,
     )
     return writes.actions + then + plan_decision_actions(observed, planned)
 

@@ -33,8 +33,8 @@ from deepseek_operator.actions import (
     backoff_delay,
     invalid_spec_actions,
     next_failures,
+    plan_write_actions,
     split_children,
-    write_actions,
 )
 from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.api.load import ServingObject, parse_serving
@@ -254,15 +254,13 @@ class Reconciler:
         planned = plan(obj, inventory, observed, _now(), apis)
         outcome = Outcome(resolution=planned.resolution, recheck_after=recheck)
         status = planned.status_dict
-        writes = write_actions(
-            planned.objects,
+        writes = plan_write_actions(
+            planned,
             ours,
             strangers,
-            status,
             observed.raw_status,
             owner_name=obj.name,
-            # A held pair (one role cannot run): its live children stay as they are.
-            status_only=(held := status_only or planned.holds_children),
+            status_only=status_only,
         )
         outcome.foreign.extend(writes.foreign)
         if writes.lws_written:
@@ -272,6 +270,7 @@ class Reconciler:
         # Only the encoded children wait for a writer thread, not the rendered objects.
         actions = [encoded(action) for action in writes.actions]
         decided = plan_decision_actions(observed, planned)
+        written_status_only = writes.status_only
         del planned, writes
         await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, actions, outcome)
         then = after_write_actions(
@@ -280,7 +279,7 @@ class Reconciler:
             outcome.foreign,
             generation=obj.generation,
             now=_now(),
-            status_only=held,
+            status_only=written_status_only,
         )
         key = (obj.namespace, obj.name)
         await self._execute(rec, key, obj.uid, body, then + decided, outcome)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deepseek_operator.api.config_flags import final_config
+from deepseek_operator.api.config_flags import final_config, normalised
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V41_ARCH
 from deepseek_operator.catalog.vllm.rules import ReleaseRules
@@ -99,7 +99,7 @@ def _cumem_on(args: list[str]) -> bool:
     turns it on too."""
     state = False
     for arg in args:
-        flag = arg.split("=")[0].replace("_", "-")
+        flag = normalised(arg).partition("=")[0]
         if flag in ("--enable-cumem-allocator", "--enable-sleep-mode"):
             state = True
         elif flag in ("--no-enable-cumem-allocator", "--disable-cumem-allocator"):
