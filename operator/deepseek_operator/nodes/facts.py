@@ -11,6 +11,7 @@ DRA-only node they are also the GPU count, since its ``status.allocatable`` has 
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -40,7 +41,11 @@ _GPU_LABELS = (
     names.GFD_PRESENT,
 )
 _PRESENCE_LABELS = (names.AGENT_PRESENT, names.GFD_PRESENT)
-MEMO_LIMIT = 4096  # entries per inventory (distinct specs); beyond it the memo starts over
+# Entries per inventory, the least recently used dropped first. A burst's re-reconciles (child
+# events soon after a create) and the per-pool entries every decision reads stay; the
+# decisions of 1,000 idle objects (about 40 KB each) are not all kept until the next node
+# change, when the inventory and its memo are replaced anyway.
+MEMO_LIMIT = 256
 
 _T = TypeVar("_T")
 
@@ -145,7 +150,9 @@ class NodeInventory:
         default_factory=dict, compare=False, repr=False
     )
     # Results of pure functions of this inventory (see memoized); gone with the inventory.
-    _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+    _memo: OrderedDict[Hashable, Any] = field(
+        default_factory=OrderedDict, compare=False, repr=False
+    )
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -164,16 +171,18 @@ class NodeInventory:
         return by_name.get(name)
 
     def memoized(self, key: Hashable, compute: Callable[[], _T]) -> _T:
-        """``compute()``, remembered under ``key`` for as long as this inventory lives.
+        """``compute()``, remembered under ``key`` while this inventory lives (the
+        :data:`MEMO_LIMIT` most recently used keys).
 
         Only for pure functions of the inventory and of what ``key`` holds: the inventory is
         immutable and replaced on every node change, so nothing stale is ever returned.
         """
         if key in self._memo:
+            self._memo.move_to_end(key)
             return cast(_T, self._memo[key])
-        if len(self._memo) >= MEMO_LIMIT:
-            self._memo.clear()
         value = self._memo[key] = compute()
+        if len(self._memo) > MEMO_LIMIT:
+            self._memo.popitem(last=False)
         return value
 
     def claim_key(self, owner: ClaimOwner | None) -> ClaimOwner | None:
