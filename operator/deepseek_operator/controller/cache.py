@@ -193,3 +193,13 @@ def reduced_child(body: Mapping[str, Any]) -> dict[str, Any]:
     if "status" in body:
         out["status"] = body["status"]
     return out
+
+
+def involved_object(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What an Event names of the DeepSeekServing ``body``: its kind and identity."""
+    meta = body.get("metadata") or {}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
+    }

@@ -36,8 +36,11 @@ class _JsonFormatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key not in self._SKIP:
                 doc[key.rstrip("_")] = value
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and record.exc_info[1] is not None:
+            # What failed, in one line: a traceback is for a debugger, not for a user's logs
+            # (kopf's own failure records carry exc_info too).
+            exc = record.exc_info[1]
+            doc["exc"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return json.dumps(doc, default=str)
 
 

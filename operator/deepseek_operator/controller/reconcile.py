@@ -39,7 +39,7 @@ from deepseek_operator.actions import (
 from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.cache import reduced_child
+from deepseek_operator.controller.cache import involved_object, reduced_child
 from deepseek_operator.controller.encoding import (
     EncodedApply,
     EncodedObject,
@@ -147,11 +147,14 @@ class Reconciler:
                 try:
                     statefulsets = list(statefulsets_of()) if statefulsets_of else []
                     groups = groups_of() if groups_of is not None else {}
-                    outcome = await self._reconcile(
+                    call = self._reconcile(
                         rec, body, nodes_of(), live, statefulsets, groups, status_only
                     )
+                    del body  # the call holds it only as long as it needs it
+                    outcome = await call
                 except SpecError as exc:
                     metrics.RECONCILES.labels(trigger, "invalid").inc()
+                    body = rec.freshest(body_of() or {})  # under the same lock: what was parsed
                     observed = Observed.from_body(body, live)
                     actions = invalid_spec_actions(
                         observed, exc.one_line(), _now(), body.get("status") or {}
@@ -217,7 +220,7 @@ class Reconciler:
         self, rec: ServingRecord, key: tuple[str, str], uid: str, status: dict[str, Any]
     ) -> None:
         response = await self.kube.patch_status(key[0], key[1], uid, status)
-        rec.written = (_rv(response or {}), status)
+        rec.wrote_status(_rv(response or {}), status)
 
     async def _reconcile(
         self,
@@ -271,7 +274,10 @@ class Reconciler:
         actions = [encoded(action) for action in writes.actions]
         decided = plan_decision_actions(observed, planned)
         written_status_only = writes.status_only
-        del planned, writes
+        body = involved_object(body)
+        # In a burst the child writes wait behind every other object's: until they are done
+        # this keeps only what round 2 reads, not the plan, the body or its parsed status.
+        del planned, writes, observed
         await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, actions, outcome)
         then = after_write_actions(
             status,
@@ -375,8 +381,8 @@ class Reconciler:
         if self.post_event is not None:
             try:
                 self.post_event(body, etype, reason, message[:1000])
-            except Exception:  # events are best effort; the status carries the same facts
-                log.exception("Posting an event failed")
+            except Exception as exc:  # best effort; the status carries the same facts
+                log.warning("Posting an event failed: %s: %s", type(exc).__name__, exc)
 
 
 def _parse(records: Records, body: Mapping[str, Any]) -> ServingObject:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepseek_operator.actions.children import pack_body
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.plan import ChildKey
 
@@ -72,8 +73,9 @@ class ServingRecord:
     # a label edit) needs no reconcile.
     handled: tuple[str, int] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # The last status we wrote with its resourceVersion, until the watch delivers it.
-    written: tuple[int, dict[str, Any]] | None = None
+    # The last status we wrote with its resourceVersion, until the watch delivers it; packed
+    # (compressed JSON) as in a burst of creates the watch lags for every object at once.
+    written: tuple[int, bytes] | None = None
     # (kind, name) -> our last apply response, until the child watch delivers that version.
     applied: dict[ChildKey, Mapping[str, Any]] = field(default_factory=dict)
     # (kind, name) -> the newest resourceVersion the child watch delivered while our apply of
@@ -88,7 +90,11 @@ class ServingRecord:
         rv, status = self.written
         if resource_version(body) >= rv:
             return body
-        return {**body, "status": status}
+        return {**body, "status": json.loads(zlib.decompress(status))}
+
+    def wrote_status(self, resource_version: int, status: Mapping[str, Any]) -> None:
+        """Remember ``status``, written at ``resource_version``, until the watch delivers it."""
+        self.written = (resource_version, pack_body(status))
 
     def merge_applied(
         self, live: Mapping[ChildKey, Mapping[str, Any]]
