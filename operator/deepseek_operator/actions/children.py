@@ -67,13 +67,18 @@ def pack_body(body: Mapping[str, Any]) -> bytes:
     return zlib.compress(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), 1)
 
 
+def unpack_body(packed: bytes) -> dict[str, Any]:
+    """The JSON object :func:`pack_body` packed (a fresh copy each time)."""
+    body: dict[str, Any] = json.loads(zlib.decompress(packed))
+    return body
+
+
 def unpacked_body(live: Mapping[str, Any]) -> Mapping[str, Any]:
     """The whole body of a child as the stores keep it (its :data:`PACKED_BODY` unpacked), or
     ``live`` itself when it carries none."""
     packed = live.get(PACKED_BODY)
     if isinstance(packed, bytes):
-        body: dict[str, Any] = json.loads(zlib.decompress(packed))
-        return body
+        return unpack_body(packed)
     return live
 
 

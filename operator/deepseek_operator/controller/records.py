@@ -12,14 +12,12 @@ and leaves with the objects themselves; a pending reconcile lives in the queue u
 from __future__ import annotations
 
 import asyncio
-import json
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepseek_operator.actions.children import pack_body
+from deepseek_operator.actions.children import pack_body, unpack_body
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.plan import ChildKey
 
@@ -50,17 +48,15 @@ class KeptBody:
         """Pack ``body`` (a JSON object, as the watch delivered it)."""
         meta = body.get("metadata") or {}
         selector = (body.get("spec") or {}).get("nodeSelector") or {}
-        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         return cls(
             uid=str(meta.get("uid") or ""),
             node_selector=dict(selector) if isinstance(selector, Mapping) else {},
-            packed=zlib.compress(text.encode(), 1),
+            packed=pack_body(body),
         )
 
     def unpacked(self) -> dict[str, Any]:
         """The body as it was delivered (a fresh copy each time)."""
-        body: dict[str, Any] = json.loads(zlib.decompress(self.packed))
-        return body
+        return unpack_body(self.packed)
 
 
 @dataclass(slots=True, eq=False)
@@ -90,7 +86,7 @@ class ServingRecord:
         rv, status = self.written
         if resource_version(body) >= rv:
             return body
-        return {**body, "status": json.loads(zlib.decompress(status))}
+        return {**body, "status": unpack_body(status)}
 
     def wrote_status(self, resource_version: int, status: Mapping[str, Any]) -> None:
         """Remember ``status``, written at ``resource_version``, until the watch delivers it."""
