@@ -313,16 +313,16 @@ def test_a_spec_the_api_server_should_have_refused_gets_invalid_spec_once() -> N
 
 
 def test_an_object_is_parsed_once_per_generation(monkeypatch: Any) -> None:
-    from deepseek_operator.controller import reconcile as reconcile_module
+    from deepseek_operator.controller import records as records_module
 
     parsed: list[int] = []
-    real = reconcile_module.parse_serving
+    real = records_module.parse_serving
 
     def counting(obj: dict[str, Any]) -> Any:
         parsed.append(obj["metadata"]["generation"])
         return real(obj)
 
-    monkeypatch.setattr(reconcile_module, "parse_serving", counting)
+    monkeypatch.setattr(records_module, "parse_serving", counting)
     rec = Reconciler(FakeKube())  # type: ignore[arg-type]
     inv = gb200_pool(2)
     body = _body("a")
@@ -510,3 +510,55 @@ def test_an_apply_response_is_kept_until_the_watch_delivers_that_version() -> No
     record = rec.records.get(("llm", "a"))
     assert record is not None
     assert set(record.applied) == {("Deployment", "a"), ("Service", "a-api")}
+
+
+def test_a_reconcile_waiting_for_its_child_writes_holds_no_spec_plan_or_status() -> None:
+    """In a burst, a thousand reconciles wait for their child applies at once: what each holds
+    meanwhile is the operator's peak memory. Only the encoded children and round 2's few facts
+    may stay; not the parsed spec, the plan, the decision, the body or the status as objects."""
+    from deepseek_operator.api.load import ServingObject
+    from deepseek_operator.engine.resolution import Resolution
+    from deepseek_operator.plan import Observed, Plan
+
+    class SlowKube(FakeKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+            self.waiting = asyncio.Event()
+
+        async def apply(self, encoded: Any, only_if_ours: str | None = None) -> dict[str, Any]:
+            self.waiting.set()
+            await self.release.wait()
+            return await super().apply(encoded, only_if_ours)
+
+    def held(task: asyncio.Task[Any]) -> list[Any]:
+        values: list[Any] = []
+        coro: Any = task.get_coro()
+        while coro is not None and getattr(coro, "cr_frame", None) is not None:
+            values.extend(coro.cr_frame.f_locals.values())
+            coro = coro.cr_await
+        return values
+
+    async def scenario() -> list[Any]:
+        kube = SlowKube()
+        rec = Reconciler(kube)  # type: ignore[arg-type]
+        body, inv = _body("a"), gb200_pool()
+        task = asyncio.create_task(
+            rec.reconcile(("llm", "a"), lambda: body, lambda: inv, lambda: {}, "create")
+        )
+        await kube.waiting.wait()
+        assert kube.calls == [("status", "a")]  # the status went first; the applies wait
+        values = [
+            v for t in asyncio.all_tasks() if t is not asyncio.current_task() for v in held(t)
+        ]
+        kube.release.set()
+        await task
+        return values
+
+    values = asyncio.run(scenario())
+    assert values  # the walk saw the waiting frames
+    kept = [type(v).__name__ for v in values]
+    forbidden = (ServingObject, Resolution, Plan, Observed)
+    assert not [v for v in values if isinstance(v, forbidden)], kept
+    assert not [v for v in values if isinstance(v, dict) and "conditions" in v], kept
+    assert not [v for v in values if isinstance(v, dict) and "spec" in v], kept

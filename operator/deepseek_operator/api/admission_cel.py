@@ -5,14 +5,18 @@
 Kubernetes' quantity library, which is registered here over a parser of Kubernetes'
 ``resource.Quantity`` grammar. A failure raises a :class:`~deepseek_operator.errors.SpecError`
 naming the rule's field, its value and the rule's message; results are remembered per JSON value
-since most of an object is unchanged from one generation to the next.
+(by its digest) since most of an object is unchanged from one generation to the next.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
+import sys
+import threading
+from collections import OrderedDict
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -112,6 +116,15 @@ _Rules = tuple[tuple[str, str, str], ...]
 # Where a value fails its rules: (field path, the offending value, the message).
 _Failure = tuple[str, Any, str]
 
+# Results remembered, most recently used last: (path, rules, digest of the value's JSON) → the
+# failure or None. The key holds a 16-byte digest, not the JSON (a thousand DeepSeekServings of
+# distinct specs kept about 3 MB of JSON text here), and rules shared per schema node.
+FAILURE_MEMORY = 4096
+_failures: OrderedDict[tuple[str, _Rules, bytes], _Failure | None] = OrderedDict()
+# One tuple per distinct rule set (the schema's nodes): equal sets built by each call share it.
+_rule_sets: dict[_Rules, _Rules] = {}
+_memory_lock = threading.Lock()  # parses may run in threads (the conformance harness)
+
 
 def run_rules(path: str, value: Any, schema: dict[str, Any]) -> None:
     """Run the ``x-kubernetes-validations`` rules of ``schema`` on ``value`` (at ``path``)."""
@@ -126,17 +139,27 @@ def run_rules(path: str, value: Any, schema: dict[str, Any]) -> None:
     except (TypeError, ValueError):  # not JSON (a caller's odd value): evaluate it afresh
         failure = _first_failure(path, value, rules)
     else:
-        failure = _remembered_failure(path, rules, text)
+        failure = _remembered_failure(path, _rule_sets.setdefault(rules, rules), text)
     if failure is not None:
         raise SpecError(*failure)
 
 
-@functools.lru_cache(maxsize=4096)
 def _remembered_failure(path: str, rules: _Rules, value_json: str) -> _Failure | None:
     """:func:`_first_failure` of a JSON value, remembered: the operator parses an object again
     on every new generation and most of its parts (the model, parallelism, …) are unchanged,
     and evaluating the CEL rules is most of a parse."""
-    return _first_failure(path, json.loads(value_json), rules)
+    digest = hashlib.blake2b(value_json.encode(), digest_size=16).digest()
+    key = (sys.intern(path), rules, digest)
+    with _memory_lock:
+        if key in _failures:
+            _failures.move_to_end(key)
+            return _failures[key]
+    failure = _first_failure(path, json.loads(value_json), rules)
+    with _memory_lock:
+        _failures[key] = failure
+        while len(_failures) > FAILURE_MEMORY:
+            _failures.popitem(last=False)
+    return failure
 
 
 def _first_failure(path: str, value: Any, rules: _Rules) -> _Failure | None:

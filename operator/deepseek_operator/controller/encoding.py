@@ -2,13 +2,16 @@
 
 A write is encoded when it is queued (:class:`EncodedObject`), not when a writer thread sends
 it: in a burst the applies of hundreds of reconciles wait for a thread, and a rendered
-Deployment or LeaderWorkerSet is several times larger as Python objects than as JSON.
+Deployment or LeaderWorkerSet is several times larger as Python objects than as JSON. While it
+waits the JSON is kept compressed (a 12 KB LeaderWorkerSet packs to about 2 KB); the writer
+thread unpacks it as it sends it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,13 +30,18 @@ def _escape(match: re.Match[str]) -> str:
 @dataclass(frozen=True, slots=True)
 class EncodedObject:
     """An object to apply, encoded when its write is queued: its identity, and its body as the
-    request bytes (:func:`encode_body`)."""
+    request bytes (:func:`encode_body`), compressed until they are sent."""
 
     api_version: str
     kind: str
     namespace: str
     name: str
-    data: bytes
+    packed: bytes  # zlib of the request bytes
+
+    @property
+    def data(self) -> bytes:
+        """The request bytes."""
+        return zlib.decompress(self.packed)
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> EncodedObject:
@@ -44,7 +52,7 @@ class EncodedObject:
             kind=str(obj["kind"]),
             namespace=str(meta.get("namespace") or ""),
             name=str(meta["name"]),
-            data=encode_body(obj),
+            packed=zlib.compress(encode_body(obj), 1),
         )
 
     def decoded(self) -> dict[str, Any]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from deepseek_operator.actions import (
     BACKOFF_FIRST_S,
@@ -36,8 +37,8 @@ from deepseek_operator.actions import (
     plan_write_actions,
     split_children,
 )
+from deepseek_operator.actions.children import pack_body, unpack_body
 from deepseek_operator.actions.roles import plan_decision_actions
-from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import involved_object, reduced_child
 from deepseek_operator.controller.encoding import (
@@ -51,7 +52,6 @@ from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefu
 from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.controller.records import resource_version as _rv
 from deepseek_operator.engine.cluster_apis import ClusterApis
-from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import LWS_KIND
 from deepseek_operator.nodes.facts import NodeInventory
@@ -60,6 +60,7 @@ from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
 __all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
 
 log = logging.getLogger("deepseek_operator.controller")
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -69,7 +70,9 @@ class Outcome:
     applied: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     status_patched: bool = False
-    resolution: Resolution | None = None
+    # The chosen MoE backend (not the whole Resolution: in a burst every reconcile waiting for
+    # its child writes would keep one alive after the decision memo dropped it).
+    backend: str | None = None
     refused: list[str] = field(default_factory=list)  # "Kind/name: <the API server's words>"
     # children not written: an object of that name exists and is not ours (ForeignObject words)
     foreign: list[str] = field(default_factory=list)
@@ -182,7 +185,7 @@ class Reconciler:
                 "namespace": namespace,
                 "name_": name,
                 "trigger": trigger,
-                "backend": outcome.resolution.moe_backend if outcome.resolution else None,
+                "backend": outcome.backend,
                 "applied": outcome.applied,
                 "deleted": outcome.deleted,
                 "status_patched": outcome.status_patched,
@@ -232,7 +235,7 @@ class Reconciler:
         groups: Mapping[int, GroupPods] | None = None,
         status_only: bool = False,
     ) -> Outcome:
-        obj = _parse(self.records, body)
+        obj = self.records.parse(body)
         ours, strangers = split_children(live, obj.uid)
         pod_refusals: tuple[str, ...] = ()
         recheck: float | None = None
@@ -255,7 +258,7 @@ class Reconciler:
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
-        outcome = Outcome(resolution=planned.resolution, recheck_after=recheck)
+        outcome = Outcome(backend=planned.resolution.moe_backend, recheck_after=recheck)
         status = planned.status_dict
         writes = plan_write_actions(
             planned,
@@ -275,20 +278,22 @@ class Reconciler:
         decided = plan_decision_actions(observed, planned)
         written_status_only = writes.status_only
         body = involved_object(body)
+        key, uid, generation = (obj.namespace, obj.name), obj.uid, obj.generation
         # In a burst the child writes wait behind every other object's: until they are done
-        # this keeps only what round 2 reads, not the plan, the body or its parsed status.
-        del planned, writes, observed
-        await self._execute(rec, (obj.namespace, obj.name), obj.uid, body, actions, outcome)
+        # this keeps only what round 2 reads, not the plan, the body, the parsed spec or the
+        # decision, and the status it wrote packed (the status write itself goes first).
+        packed_status = pack_body(status)
+        del planned, writes, observed, obj, status
+        await self._execute(rec, key, uid, body, _drained(actions), outcome)
         then = after_write_actions(
-            status,
+            unpack_body(packed_status),
             outcome.refused,
             outcome.foreign,
-            generation=obj.generation,
+            generation=generation,
             now=_now(),
             status_only=written_status_only,
         )
-        key = (obj.namespace, obj.name)
-        await self._execute(rec, key, obj.uid, body, then + decided, outcome)
+        await self._execute(rec, key, uid, body, then + decided, outcome)
         return outcome
 
     async def _execute(
@@ -300,13 +305,15 @@ class Reconciler:
         actions: Iterable[Action | EncodedApply],
         outcome: Outcome,
     ) -> None:
-        """Run ``actions`` in order; a run of child writes goes out at once (concurrently).
+        """Run ``actions`` in order (taken one by one: given :func:`_drained`, an action done
+        is not held while later ones wait); a run of child writes goes out at once
+        (concurrently).
 
         Writes are started only once the owner is known to live (a status patch's uid
         precondition or :class:`CheckOwner` comes first), so no coroutine is left un-awaited
         when it is not."""
         batch: list[Awaitable[None]] = []
-        for action in [*actions, None]:
+        for action in itertools.chain(actions, [None]):
             if isinstance(action, Apply | EncodedApply | Delete):
                 batch.append(self._write(rec, key[0], uid, action, outcome))
                 continue
@@ -385,16 +392,8 @@ class Reconciler:
                 log.warning("Posting an event failed: %s: %s", type(exc).__name__, exc)
 
 
-def _parse(records: Records, body: Mapping[str, Any]) -> ServingObject:
-    """``parse_serving(body)``, remembered for the object's uid and generation (parsing: schema,
-    CEL rules, pydantic, is half a reconcile's CPU; the spec cannot change without a new
-    generation)."""
-    meta = body.get("metadata") or {}
-    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-    uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
-    known = records.parsed(key, uid, generation)
-    if known is not None:
-        return known
-    obj = parse_serving(dict(body))
-    records.remember_parsed(key, uid, generation, obj)
-    return obj
+def _drained(items: list[_T]) -> Iterator[_T]:
+    """``items`` from the first, each removed from the list as it is taken."""
+    items.reverse()
+    while items:
+        yield items.pop()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepseek_operator.actions.children import pack_body, unpack_body
-from deepseek_operator.api.load import ServingObject
+from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.plan import ChildKey
 
 ServingKey = tuple[str, str]  # (namespace, name)
@@ -222,6 +222,20 @@ class Records:
         self._parsed.move_to_end(key)
         while len(self._parsed) > PARSED_MEMORY:
             self._parsed.popitem(last=False)
+
+    def parse(self, body: Mapping[str, Any]) -> ServingObject:
+        """``parse_serving(body)``, remembered for the object's uid and generation (parsing:
+        schema, CEL rules, pydantic, is half a reconcile's CPU; the spec cannot change without
+        a new generation)."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
+        known = self.parsed(key, uid, generation)
+        if known is not None:
+            return known
+        obj = parse_serving(dict(body))
+        self.remember_parsed(key, uid, generation, obj)
+        return obj
 
     def parsed_count(self) -> int:
         """How many parsed specs are remembered."""

@@ -21,6 +21,13 @@ from deepseek_operator.controller.watches import NODE_DEBOUNCE_S, WATCHES, Asks
 # kopf peering: a peer whose heartbeat is older than this is dead, so a standby operator takes
 # over within about this long after the active one is killed (kopf's default is 60 s).
 PEERING_LIFETIME_S = 8
+# How long kopf keeps an object's worker (a task with its queue and the last raw event: the whole
+# body) after the object's last event. Our handler only queues a reconcile, so a worker is cheap
+# to start again; kopf's default of 5 s kept hundreds of bodies alive in a burst of creates.
+KOPF_WORKER_IDLE_S = 0.5
+# Events posted at once (kopf posts each object's Events from a worker of its own, with no limit
+# by default: a burst of creates opened a TLS connection per object, each with a 256 KB buffer).
+EVENT_POSTERS = 4
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -48,8 +55,10 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.peering.mandatory = not settings.peering.standalone
     settings.peering.lifetime = PEERING_LIFETIME_S
     settings.posting.level = logging.WARNING
+    settings.posting.worker_limit = EVENT_POSTERS
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
+    settings.queueing.idle_timeout = KOPF_WORKER_IDLE_S
     settings.persistence.diffbase_storage = NoDiffBase()
     keep_out_of_gc()  # everything imported and configured so far lives as long as the process
     memo.start_watches()
