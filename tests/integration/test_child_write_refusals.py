@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deepseek_operator.controller.credentials import load_kubeconfig
 from deepseek_operator.controller.kube import EncodedObject, KubeClient, refusal
 from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
@@ -38,14 +39,7 @@ class DuplicateEnvKube(KubeClient):
     out with its first env entry twice. Records the HTTP status of every refused write."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        super().__init__()
-        from kubernetes import client, config
-
-        configuration = client.Configuration()
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(cp.kubeconfig), client_configuration=configuration
-        )
-        self._api = client.ApiClient(configuration)
+        super().__init__(credentials=load_kubeconfig([cp.kubeconfig]))
         self.spoil = True
         self.answers: list[int] = []
 

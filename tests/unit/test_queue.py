@@ -74,4 +74,4 @@ def test_handlers_are_registered_on_an_explicit_registry_not_on_import() -> None
     watched = {h.fn.__name__ for h in reg._watching.get_all_handlers()}
     assert watched == {"serving_event", "addon_crd_changed"}
     activities = {h.fn.__name__ for h in reg._activities.get_all_handlers()}
-    assert activities == {"configure", "stop_watching", "login_via_client"}
+    assert activities == {"configure", "stop_watching", "login"}

@@ -9,6 +9,16 @@ from deepseek_operator.actions import foreign_message
 from deepseek_operator.errors import DeepSeekOperatorError
 
 
+class ApiError(Exception):
+    """The API server answered an HTTP error: its status, reason and body (a ``Status``)."""
+
+    def __init__(self, status: int, reason: str, body: bytes | str | None = None) -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        super().__init__(f"({status}) Reason: {reason}")
+
+
 class KubeError(DeepSeekOperatorError):
     """The API server does not serve a kind the operator needs to write."""
 

@@ -6,9 +6,10 @@ else's in the way is reported (:class:`ForeignObject`), never adopted or fought 
 
 REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
 the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
-ResourceClaimTemplate) needs no hand-written path. The ``kubernetes`` client is synchronous, so
-every call runs in a worker thread (:class:`WriteQueue`: status writes before child writes).
-One field manager owns every field we set; ``force`` takes fields back from hand edits.
+ResourceClaimTemplate) needs no hand-written path. Requests go out through ``urllib3`` with
+the credentials of :mod:`.credentials`; a call blocks, so every call runs in a worker thread
+(:class:`WriteQueue`: status writes before child writes). One field manager owns every field we
+set; ``force`` takes fields back from hand edits.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import time
-from collections.abc import Callable, Mapping
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,18 +26,21 @@ from deepseek_operator.actions import controlled_by, describe_owner
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.api_errors import (
     TRY_AGAIN_STATUSES,
+    ApiError,
     ForeignObject,
     KubeError,
     OwnerGone,
     WriteRefused,
     refusal,
 )
+from deepseek_operator.controller.credentials import Credentials, load_credentials
 from deepseek_operator.controller.encoding import EncodedObject, encode_body
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
 __all__ = [
     "TRY_AGAIN_STATUSES",
+    "ApiError",
     "EncodedObject",
     "ForeignObject",
     "KubeClient",
@@ -54,10 +58,6 @@ __all__ = [
 # (the rest are kept for status writes, which users wait for).
 WRITER_THREADS = 32
 BACKGROUND_WRITERS = 16
-
-# How often the client's credential hook runs (a token file or kubeconfig re-read; service
-# account tokens are rotated on a scale of minutes).
-CREDENTIAL_RECHECK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -79,53 +79,32 @@ def group_version_prefix(api_version: str) -> str:
     return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
 
 
-def at_most_every(period_s: float, hook: Callable[[Any], None]) -> Callable[[Any], None]:
-    """``hook`` run at most once per ``period_s``; the calls in between do nothing.
-
-    The client runs its credential hook before every request, and the hook re-applies the
-    whole configuration (setting the host re-reads the proxy environment): a tenth of the
-    operator's time in a burst, for a token that changes every few minutes."""
-    due = [0.0]
-
-    def throttled(configuration: Any) -> None:
-        now = time.monotonic()
-        if now >= due[0]:
-            due[0] = now + period_s
-            hook(configuration)
-
-    return throttled
-
-
 class KubeClient:
-    """A thread-safe holder of one ``kubernetes.client.ApiClient``, the resource table and our calls."""
+    """A thread-safe holder of the connection pool, the resource table and our calls."""
 
-    def __init__(self, extra_connections: int = 1) -> None:
+    def __init__(self, extra_connections: int = 1, credentials: Credentials | None = None) -> None:
         # One kept-alive connection per worker thread plus ``extra_connections`` (the watches,
         # each holding one for as long as it streams).
         self.pool_size = WRITER_THREADS + 1 + extra_connections
-        self._api: Any = None
+        self._credentials = credentials  # None: loaded on first use (in-cluster or kubeconfig)
+        self._pool: Any = None
         self._lock = threading.Lock()
         self._resources: dict[tuple[str, str], Resource] = {}
         self.queue = WriteQueue(WRITER_THREADS, BACKGROUND_WRITERS)
 
-    def _client(self) -> Any:
+    def credentials(self) -> Credentials:
+        """Where the API server is and how to authenticate (loaded once)."""
         with self._lock:
-            if self._api is None:
-                from kubernetes import client, config
+            if self._credentials is None:
+                self._credentials = load_credentials()
+            return self._credentials
 
-                try:
-                    config.load_incluster_config()  # type: ignore[no-untyped-call]
-                except config.ConfigException:
-                    config.load_kube_config()  # type: ignore[no-untyped-call]
-                configuration = client.Configuration.get_default_copy()
-                # One kept-alive connection per worker thread (the default, 5 per core, made a
-                # burst discard connections and pay a TLS handshake per request).
-                configuration.connection_pool_maxsize = self.pool_size
-                hook = configuration.refresh_api_key_hook
-                if hook is not None:
-                    configuration.refresh_api_key_hook = at_most_every(CREDENTIAL_RECHECK_S, hook)
-                self._api = client.ApiClient(configuration)
-            return self._api
+    def _connections(self) -> Any:
+        credentials = self.credentials()
+        with self._lock:
+            if self._pool is None:
+                self._pool = credentials.pool_manager(self.pool_size)
+            return self._pool
 
     def _request(
         self,
@@ -136,37 +115,31 @@ class KubeClient:
         query: list[tuple[str, str]] | None,
         timeout: float | tuple[float, float],
     ) -> Any:
-        """Send one request; the ``urllib3`` response with its body still unread.
-
-        The body goes out as JSON bytes we encode ourselves (C ``json``): the client's own path
-        walks every object into a fresh copy first (``sanitize_for_serialization``), the
-        largest single cost of a burst of applies."""
+        """Send one request; the ``urllib3`` response with its body still unread (the body goes
+        out as the JSON bytes :func:`encode_body` makes)."""
         import urllib3
 
-        api = self._client()
-        method_, url, headers, _, _ = api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query or [],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
+        pool = self._connections()
+        credentials = self.credentials()
+        url = credentials.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        headers.update(credentials.headers())
         data = None if body is None else encode_body(body)
         if isinstance(timeout, tuple):
             limits = urllib3.Timeout(connect=timeout[0], read=timeout[1])
         else:
             limits = urllib3.Timeout(total=timeout)
-        return api.rest_client.pool_manager.request(
-            method_, url, body=data, headers=headers, timeout=limits, preload_content=False
+        return pool.request(
+            method, url, body=data, headers=headers, timeout=limits, preload_content=False
         )
 
     def _read(self, response: Any) -> Any:
-        """The decoded JSON body of ``response``; ``ApiException`` for an HTTP error."""
-        from kubernetes.client.exceptions import ApiException
-
+        """The decoded JSON body of ``response``; :class:`ApiError` for an HTTP error."""
         data = response.read()
         if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason, body=data)
+            raise ApiError(response.status, str(response.reason or ""), data)
         return json.loads(data or b"null")
 
     def _call(

@@ -56,15 +56,32 @@ def setup_logging(level: str = "INFO") -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+def without_kubernetes_client() -> None:
+    """Keep the ``kubernetes`` package out of this process.
+
+    kopf imports it whenever it is installed (the agent and ``render --from-cluster`` use it),
+    to recognise its model objects; the operator never passes one, and the import holds about
+    20 MB for the life of the process. ``None`` in ``sys.modules`` makes that import fail as if
+    the package were absent. Call it before kopf is imported."""
+    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
+
+
 def run_operator(args: argparse.Namespace) -> int:
     """Run the operator until it is stopped."""
+    without_kubernetes_client()
     import kopf
     from prometheus_client import start_http_server
 
+    from deepseek_operator.controller.credentials import CredentialsError, load_credentials
     from deepseek_operator.controller.state import OperatorState
     from deepseek_operator.controller.wiring import registry
 
     setup_logging(args.log_level)
+    try:
+        credentials = load_credentials()
+    except CredentialsError as exc:  # refused before anything starts: one line, exit 1
+        logging.getLogger("deepseek_operator.controller").error("Cannot start: %s", exc)
+        return 1
     start_http_server(args.metrics_port, addr=args.metrics_address)
     priority = args.priority if args.priority is not None else random.randint(1, 1_000_000)
     kopf.run(
@@ -80,6 +97,7 @@ def run_operator(args: argparse.Namespace) -> int:
             namespaces=args.namespace,
             peering=None if args.standalone else args.peering,
             priority=priority,
+            credentials=credentials,
         ),
     )
     return 0

@@ -23,6 +23,7 @@ import kopf
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import Stores, kept
+from deepseek_operator.controller.credentials import Credentials
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.controller.list_watch import ListWatch
@@ -65,6 +66,7 @@ class OperatorState(NodeEvents):
         namespaces: Sequence[str] = (),
         peering: str | None = None,
         priority: int | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
@@ -72,7 +74,7 @@ class OperatorState(NodeEvents):
         # One kept connection per writer thread plus one per open watch (Nodes, ResourceSlices).
         scopes = max(1, len(self.namespaces))
         watches = 2 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
-        self.kube = KubeClient(extra_connections=watches)
+        self.kube = KubeClient(extra_connections=watches, credentials=credentials)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
         self.reconciler = Reconciler(

@@ -25,9 +25,6 @@ PEERING_LIFETIME_S = 8
 # body) after the object's last event. Our handler only queues a reconcile, so a worker is cheap
 # to start again; kopf's default of 5 s kept hundreds of bodies alive in a burst of creates.
 KOPF_WORKER_IDLE_S = 0.5
-# Events posted at once (kopf posts each object's Events from a worker of its own, with no limit
-# by default: a burst of creates opened a TLS connection per object, each with a 256 KB buffer).
-EVENT_POSTERS = 4
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -55,13 +52,19 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.peering.mandatory = not settings.peering.standalone
     settings.peering.lifetime = PEERING_LIFETIME_S
     settings.posting.level = logging.WARNING
-    settings.posting.worker_limit = EVENT_POSTERS
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
     settings.queueing.idle_timeout = KOPF_WORKER_IDLE_S
     settings.persistence.diffbase_storage = NoDiffBase()
     keep_out_of_gc()  # everything imported and configured so far lives as long as the process
     memo.start_watches()
+
+
+def login(memo: OperatorState, **_: Any) -> kopf.ConnectionInfo:
+    """kopf's credentials: the same as our own client's (:mod:`.credentials`), read again each
+    time kopf asks (after a 401, for a rotated token)."""
+    info: kopf.ConnectionInfo = memo.kube.credentials().connection_info()
+    return info
 
 
 async def stop_watching(memo: OperatorState, **_: Any) -> None:
@@ -108,10 +111,10 @@ KOPF_HANDLERS: dict[Asks, Any] = {Asks.SELF: serving_event, Asks.ALL: addon_crd_
 
 
 def registry() -> kopf.OperatorRegistry:
-    """A registry holding every handler of the operator (and kopf's login with the kubernetes
-    client's configuration: kubeconfig or in-cluster)."""
+    """A registry holding every handler of the operator (and kopf's login with our own
+    credentials: in-cluster or kubeconfig)."""
     reg = kopf.OperatorRegistry()
-    kopf.on.login(registry=reg)(kopf.login_via_client)
+    kopf.on.login(registry=reg)(login)
     kopf.on.startup(registry=reg)(configure)
     kopf.on.cleanup(registry=reg)(stop_watching)
     for watch in WATCHES:
