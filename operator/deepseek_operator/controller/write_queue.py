@@ -1,6 +1,6 @@
 """The operator's API calls, run by a fixed set of threads, the urgent ones first.
 
-The ``kubernetes`` client blocks, so every call runs in a thread. In a burst of creates the
+A request blocks (``urllib3``), so every call runs in a thread. In a burst of creates the
 calls outnumber the threads; a plain thread pool runs them in arrival order, so an object's
 ``BackendResolved`` status waits behind the child applies of every object before it. Here a
 status write (and the owner check or Event read that decides one) goes before any queued child
