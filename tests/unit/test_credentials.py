@@ -177,3 +177,11 @@ def test_run_refuses_an_exec_kubeconfig_at_start_in_one_line(tmp_path: Path) -> 
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert "kubeconfig user 'u' authenticates with 'exec'" in lines[0]
+
+
+def test_a_token_file_is_read_relative_to_the_kubeconfig_and_a_token_wins(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("from-file\n")
+    creds = load_kubeconfig([_kubeconfig(tmp_path / "config", {"tokenFile": "tok"})])
+    assert creds.headers() == {"Authorization": "Bearer from-file"}
+    both = load_kubeconfig([_kubeconfig(tmp_path / "config", {"tokenFile": "tok", "token": "t"})])
+    assert both.headers() == {"Authorization": "Bearer t"}

@@ -203,7 +203,8 @@ def load_kubeconfig(paths: list[Path]) -> Credentials:
         tls_server_name=cluster.get("tls-server-name") or None,
         proxy_url=cluster.get("proxy-url") or None,
         token=user.get("token") or None,
-        token_file=_path(user.get("tokenFile"), user_path),
+        # As kubectl: a token in the kubeconfig wins over a token file.
+        token_file=None if user.get("token") else _path(user.get("tokenFile"), user_path),
         cert_file=_file_or_data(user, "client-certificate", user_path),
         key_file=_file_or_data(user, "client-key", user_path),
         username=user.get("username"),
