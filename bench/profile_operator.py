@@ -86,7 +86,7 @@ def instrument(spans_path: Path) -> None:
     """Wrap the steps of a reconcile with timing spans; dump them to *spans_path* at exit."""
     from kopf._core.reactor import processing
 
-    from deepseek_operator.controller import discovery, kube, reconcile, state
+    from deepseek_operator.controller import discovery, kube, reconcile, records, state
 
     def event_key(*_: Any, raw_event: Any = None, **__: Any) -> tuple[str, str]:
         obj = (raw_event or {}).get("object") or {}
@@ -104,7 +104,9 @@ def instrument(spans_path: Path) -> None:
         lambda _self, key, *a, **k: f"{key[0]}/{key[1]}",
         state.OperatorState.reconcile,
     )
-    reconcile._parse = _span_sync("parse", lambda _rec, body: _meta_key(body), reconcile._parse)
+    records.Records.parse = _span_sync(  # type: ignore[method-assign]
+        "parse", lambda _self, body: _meta_key(body), records.Records.parse
+    )
     reconcile.plan = _span_sync(
         "plan", lambda obj, *a, **k: f"{obj.namespace}/{obj.name}", reconcile.plan
     )
@@ -115,11 +117,11 @@ def instrument(spans_path: Path) -> None:
     )
     reconcile.Reconciler._write_status = _span_async(  # type: ignore[method-assign]
         "write_status(loop)",
-        lambda _self, key, *a, **k: f"{key[0]}/{key[1]}",
+        lambda _self, _rec, key, *a, **k: f"{key[0]}/{key[1]}",
         reconcile.Reconciler._write_status,
     )
 
-    def apply_key(_self: Any, manifest: Any) -> str:
+    def apply_key(_self: Any, manifest: Any, *_: Any) -> str:
         meta = manifest.decoded().get("metadata") or {}
         owner = (meta.get("labels") or {}).get("app.kubernetes.io/instance")
         return f"{meta.get('namespace')}/{owner}"
@@ -139,6 +141,9 @@ def instrument(spans_path: Path) -> None:
 
 def wrapped_main(spans_path: Path, argv: list[str]) -> int:
     """``deepseek-operator <argv>`` with the spans installed."""
+    from deepseek_operator.controller.main import without_kubernetes_client
+
+    without_kubernetes_client()  # as ``run`` does, before kopf is imported
     instrument(spans_path)
     from deepseek_operator.cli import main
 
