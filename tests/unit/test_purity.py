@@ -13,6 +13,7 @@ PURE = ["api", "catalog", "nodes", "engine", "render", "actions"]
 PURE_MODULES = [
     "names.py",
     "errors.py",
+    "recent.py",
     "plan.py",
     "agent/gpu_topology.py",
     "agent/topo_smi.py",

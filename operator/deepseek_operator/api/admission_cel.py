@@ -15,8 +15,6 @@ import hashlib
 import json
 import re
 import sys
-import threading
-from collections import OrderedDict
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -24,6 +22,7 @@ import cel
 from cel.stdlib import add_stdlib_to_context
 
 from deepseek_operator.errors import SpecError
+from deepseek_operator.recent import RecentMemory
 
 
 @functools.cache
@@ -119,11 +118,9 @@ _Failure = tuple[str, Any, str]
 # Results remembered, most recently used last: (path, rules, digest of the value's JSON) → the
 # failure or None. The key holds a 16-byte digest, not the JSON (a thousand DeepSeekServings of
 # distinct specs kept about 3 MB of JSON text here), and rules shared per schema node.
-FAILURE_MEMORY = 4096
-_failures: OrderedDict[tuple[str, _Rules, bytes], _Failure | None] = OrderedDict()
+_failures: RecentMemory[tuple[str, _Rules, bytes], _Failure | None] = RecentMemory(4096)
 # One tuple per distinct rule set (the schema's nodes): equal sets built by each call share it.
 _rule_sets: dict[_Rules, _Rules] = {}
-_memory_lock = threading.Lock()  # parses may run in threads (the conformance harness)
 
 
 def run_rules(path: str, value: Any, schema: dict[str, Any]) -> None:
@@ -149,17 +146,10 @@ def _remembered_failure(path: str, rules: _Rules, value_json: str) -> _Failure |
     on every new generation and most of its parts (the model, parallelism, …) are unchanged,
     and evaluating the CEL rules is most of a parse."""
     digest = hashlib.blake2b(value_json.encode(), digest_size=16).digest()
-    key = (sys.intern(path), rules, digest)
-    with _memory_lock:
-        if key in _failures:
-            _failures.move_to_end(key)
-            return _failures[key]
-    failure = _first_failure(path, json.loads(value_json), rules)
-    with _memory_lock:
-        _failures[key] = failure
-        while len(_failures) > FAILURE_MEMORY:
-            _failures.popitem(last=False)
-    return failure
+    return _failures.remembered(
+        (sys.intern(path), rules, digest),
+        lambda: _first_failure(path, json.loads(value_json), rules),
+    )
 
 
 def _first_failure(path: str, value: Any, rules: _Rules) -> _Failure | None:

@@ -12,7 +12,6 @@ and leaves with the objects themselves; a pending reconcile lives in the queue u
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from deepseek_operator.actions.children import pack_body, unpack_body
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.plan import ChildKey
+from deepseek_operator.recent import RecentMemory
 
 ServingKey = tuple[str, str]  # (namespace, name)
 # uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
@@ -155,7 +155,9 @@ class Records:
         self._by_key: dict[ServingKey, ServingRecord] = {}
         # key -> (uid, generation, the parsed object), most recently used last (bounded): the
         # spec cannot change without a new generation.
-        self._parsed: OrderedDict[ServingKey, tuple[str, int, ServingObject]] = OrderedDict()
+        self._parsed: RecentMemory[ServingKey, tuple[str, int, ServingObject]] = RecentMemory(
+            PARSED_MEMORY
+        )
         # The uids of deleted objects, oldest first: the one thing kept after a delete (bounded),
         # so a late event of a deleted object never brings it back.
         self._gone: dict[str, None] = {}
@@ -198,19 +200,18 @@ class Records:
     def forget(self, key: ServingKey) -> None:
         """Drop all the operator remembers about ``key``."""
         self._by_key.pop(key, None)
-        self._parsed.pop(key, None)
+        self._parsed.pop(key)
 
     def replace(self, key: ServingKey, rec: ServingRecord) -> None:
         """Put ``rec`` in place of ``key``'s record (and forget the old object's parsed spec)."""
         self._by_key[key] = rec
-        self._parsed.pop(key, None)
+        self._parsed.pop(key)
 
     def parsed(self, key: ServingKey, uid: str, generation: int) -> ServingObject | None:
         """The parsed spec of ``key`` at (``uid``, ``generation``), if still remembered."""
         entry = self._parsed.get(key)
         if entry is None or entry[:2] != (uid, generation):
             return None
-        self._parsed.move_to_end(key)
         return entry[2]
 
     def remember_parsed(
@@ -218,10 +219,7 @@ class Records:
     ) -> None:
         """Remember ``obj`` as ``key``'s parsed spec (the least recently used one goes beyond
         :data:`PARSED_MEMORY`)."""
-        self._parsed[key] = (uid, generation, obj)
-        self._parsed.move_to_end(key)
-        while len(self._parsed) > PARSED_MEMORY:
-            self._parsed.popitem(last=False)
+        self._parsed.put(key, (uid, generation, obj))
 
     def parse(self, body: Mapping[str, Any]) -> ServingObject:
         """``parse_serving(body)``, remembered for the object's uid and generation (parsing:

@@ -11,7 +11,6 @@ DRA-only node they are also the GPU count, since its ``status.allocatable`` has 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -29,6 +28,7 @@ from deepseek_operator.nodes.precedence import (
     parse_int,
 )
 from deepseek_operator.nodes.taints import Taint, parse_taints
+from deepseek_operator.recent import RecentMemory
 
 SM100 = "sm100"
 # Labels that state a node has GPUs, in the order messages quote them (a count says the most).
@@ -150,8 +150,8 @@ class NodeInventory:
         default_factory=dict, compare=False, repr=False
     )
     # Results of pure functions of this inventory (see memoized); gone with the inventory.
-    _memo: OrderedDict[Hashable, Any] = field(
-        default_factory=OrderedDict, compare=False, repr=False
+    _memo: RecentMemory[Hashable, Any] = field(
+        default_factory=lambda: RecentMemory(MEMO_LIMIT), compare=False, repr=False
     )
 
     def __len__(self) -> int:
@@ -177,13 +177,7 @@ class NodeInventory:
         Only for pure functions of the inventory and of what ``key`` holds: the inventory is
         immutable and replaced on every node change, so nothing stale is ever returned.
         """
-        if key in self._memo:
-            self._memo.move_to_end(key)
-            return cast(_T, self._memo[key])
-        value = self._memo[key] = compute()
-        if len(self._memo) > MEMO_LIMIT:
-            self._memo.popitem(last=False)
-        return value
+        return cast(_T, self._memo.remembered(key, compute))
 
     def claim_key(self, owner: ClaimOwner | None) -> ClaimOwner | None:
         """``owner`` when some claim of its pods holds a device here, else None: the decisions
