@@ -99,12 +99,13 @@ class KubeClient:
                 self._credentials = load_credentials()
             return self._credentials
 
-    def _connections(self) -> Any:
+    def _connections(self) -> tuple[Credentials, Any]:
+        """The credentials and the connection pool made from them (made once)."""
         credentials = self.credentials()
         with self._lock:
             if self._pool is None:
                 self._pool = credentials.pool_manager(self.pool_size)
-            return self._pool
+            return credentials, self._pool
 
     def _request(
         self,
@@ -119,8 +120,7 @@ class KubeClient:
         out as the JSON bytes :func:`encode_body` makes)."""
         import urllib3
 
-        pool = self._connections()
-        credentials = self.credentials()
+        credentials, pool = self._connections()
         url = credentials.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)

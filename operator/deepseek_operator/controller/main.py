@@ -61,7 +61,7 @@ def without_kubernetes_client() -> None:
 
     kopf imports it whenever it is installed (the agent and ``render --from-cluster`` use it),
     to recognise its model objects; the operator never passes one, and the import holds about
-    20 MB for the life of the process. ``None`` in ``sys.modules`` makes that import fail as if
+    11 MB for the life of the process. ``None`` in ``sys.modules`` makes that import fail as if
     the package were absent. Call it before kopf is imported."""
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
 
