@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.dra_slices import dra_only, gpu_device_class, owned_by
+from tests.dra_slices import dra_only, gpu_device_class, gpu_slice, owned_by
 from tests.e2e.test_operator import AGENT_OK, _get, _pods, _serving
 from tests.gpu_nodes import make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
@@ -185,6 +185,46 @@ def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
 
     again = wait_for(decided_again, timeout=120, what="Placeable counting its own claim as free")
     assert again is not None and condition(again, "Placeable")["status"] == "True"
+
+
+def test_a_pool_the_scheduler_rejects_counts_no_device(
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    """Two slices of one pool publish gpu-0..3 each (one GB200, one H200): the scheduler calls
+    the pool invalid and allocates none of its devices, and the operator counts none of them."""
+    cp = full_cluster
+    node = make_gpu_node(
+        f"{namespace}-0", "NVIDIA-GB200", agent_labels=AGENT_OK, extra_labels={"pool": namespace}
+    )
+    twin, _ = dra_only(node)
+    (created,) = node_factory(twin)
+    tray = created["metadata"]["name"]
+    halves = [
+        gpu_slice(tray, count=4, slice_count=2, name=f"{tray}-a"),
+        gpu_slice(
+            tray, count=4, slice_count=2, name=f"{tray}-b", product="NVIDIA H200", cc="9.0.0"
+        ),
+    ]
+    cp.apply(gpu_device_class())
+    cp.apply([owned_by(s, created) for s in halves])
+    cp.apply(_serving(namespace))
+    obj = wait_condition(cp, namespace, "Placeable", "False", timeout=120)
+    shown = json.dumps(obj["status"])
+    assert f"ResourceSlice pool '{tray}': device 'gpu-0' (slices {tray}-a and {tray}-b)" in shown
+    assert obj["status"]["resolved"]["moeBackend"] != "deep_gemm_mega_moe"
+    # The real scheduler agrees: another workload's one-GPU claim on that node is never allocated.
+    cp.apply(_holder(namespace, 1))
+
+    def refused() -> str | None:
+        events = cp.kubectl_json(
+            "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=holder"
+        )["items"]
+        return next((e["message"] for e in events if e.get("reason") == "FailedScheduling"), None)
+
+    message = wait_for(refused, timeout=60, what="the holder pod refused by the scheduler")
+    assert message is not None and "invalid" in message, message
+    claim = _get(cp, namespace, "resourceclaim", "holder-gpus")
+    assert not (claim.get("status") or {}).get("allocation")
 
 
 READY, FAILED = "ComputeDomainReady", "ComputeDomainFailed"  # condition types the test picks

@@ -140,7 +140,10 @@ MALFORMED: dict[str, tuple[list[Any], str]] = {
     ),
     "a device without a name is not counted": ([{"attributes": {}}], "without a name"),
     "a device that is not an object is not counted": (["gpu-0"], "without a name"),
-    "a device published twice counts once": ([gpu_device(0), gpu_device(0)], "published twice"),
+    "a device published twice makes the pool invalid": (
+        [gpu_device(0), gpu_device(0)],
+        "published twice",
+    ),
 }
 
 
@@ -151,7 +154,7 @@ def test_a_malformed_device_is_reported_and_never_makes_the_node_eligible(
     inventory = one(bare_node("t0"), gpu_slice("t0", devices=devices))
     facts = inventory.nodes[0]
     assert facts.dra is not None and any(problem in p for p in facts.problems), facts.problems
-    # One good device at most (the duplicate case): never the 4 a GB200 pod needs.
+    # Never the 4 a GB200 pod needs.
     assert facts.gpus("nvidia.com/gpu") <= 1
     res = plan(MEGA, inventory, Observed.offline(), NOW).resolution
     assert res.placement.eligible == () and not res.placement.placeable
@@ -173,6 +176,24 @@ def test_a_half_published_pool_counts_nothing_until_every_slice_is_seen() -> Non
     second = gpu_slice("t0", slice_count=2, name="t0-b", devices=[gpu_device(2), gpu_device(3)])
     whole = one(bare_node("t0"), first, second).nodes[0]
     assert whole.gpus("nvidia.com/gpu") == 4 and whole.problems == ()
+
+
+def test_a_pool_two_slices_publish_the_same_device_names_in_counts_nothing() -> None:
+    """The scheduler calls a pool with a duplicate device name invalid and allocates none of
+    its devices (two slices of one pool, gpu-0..3 each, one GB200 and one H200 slice)."""
+    gb200 = gpu_slice("t0", count=4, slice_count=2, name="t0-a")
+    h200 = gpu_slice("t0", count=4, slice_count=2, name="t0-b", product="NVIDIA H200", cc="9.0.0")
+    inventory = one(bare_node("t0"), gb200, h200)
+    facts = inventory.nodes[0]
+    assert facts.gpus("nvidia.com/gpu") == 0
+    (problem,) = facts.problems
+    assert "ResourceSlice pool 't0': device 'gpu-0' (slices t0-a and t0-b)" in problem
+    assert "the scheduler treats the pool as invalid" in problem
+    res = plan(MEGA, inventory, Observed.offline(), NOW).resolution
+    assert not res.placement.placeable and res.placement.eligible == ()
+    assert "device 'gpu-0' (slices t0-a and t0-b)" in res.placement.message + " ".join(
+        c.message for c in res.checks
+    )
 
 
 def test_only_the_newest_generation_of_a_pool_counts() -> None:

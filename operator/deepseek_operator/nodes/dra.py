@@ -254,6 +254,7 @@ def _read_device(device: Any, where: str, pool: str = "") -> tuple[DraGpu | None
 @dataclass
 class _Pool:
     node: str
+    name: str
     generation: int
     expected: int
     slices: list[Mapping[str, Any]]
@@ -277,6 +278,49 @@ def _slice_pool(item: Mapping[str, Any], slice_name: str) -> tuple[str, str, int
             "must be integers (count >= 1)"
         )
     return node, pool["name"], generation, count
+
+
+def _slice_name(item: Mapping[str, Any]) -> str:
+    meta = item.get("metadata")
+    return str(meta.get("name", "?")) if isinstance(meta, Mapping) else "?"
+
+
+def _read_pool(pool: _Pool, where: str) -> tuple[list[DraGpu], list[str]]:
+    """The GPUs of one complete pool, and its problems.
+
+    A device name published twice in one pool (by one slice or by two) makes the scheduler
+    call the whole pool invalid: it allocates none of its devices, so none is counted here,
+    and the problem names the pool, the device and the slices that publish it.
+    """
+    devices: list[DraGpu] = []
+    problems: list[str] = []
+    owners: dict[str, list[str]] = {}
+    for item in pool.slices:
+        raw_devices = item["spec"].get("devices") or []
+        if not isinstance(raw_devices, list):
+            problems.append(f"{where}: spec.devices is not a list")
+            continue
+        for device in raw_devices:
+            name = device.get("name") if isinstance(device, Mapping) else None
+            if isinstance(name, str):
+                owners.setdefault(name, []).append(_slice_name(item))
+            gpu, why = _read_device(device, where, pool.name)
+            if gpu is not None:
+                devices.append(gpu)
+            elif why:
+                problems.append(why + "; not counted")
+    twice = sorted(name for name, slices in owners.items() if len(slices) > 1)
+    if twice:
+        shown = ", ".join(
+            f"{name!r} (slices {' and '.join(sorted(set(owners[name])))})" for name in twice[:3]
+        )
+        more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
+        problems.append(
+            f"{where}: device {shown}{more} is published twice, so the scheduler treats the "
+            "pool as invalid and allocates none of its devices; none is counted"
+        )
+        return [], problems
+    return devices, problems
 
 
 def read_slices(slices: Iterable[Any], node_names: Iterable[str]) -> DraInventory:
@@ -309,7 +353,7 @@ def read_slices(slices: Iterable[Any], node_names: Iterable[str]) -> DraInventor
             continue
         pool = pools.get((node, pool_name))
         if pool is None or generation > pool.generation:
-            pools[(node, pool_name)] = _Pool(node, generation, count, [item])
+            pools[(node, pool_name)] = _Pool(node, pool_name, generation, count, [item])
         elif generation == pool.generation:
             pool.slices.append(item)
     gathered: dict[str, tuple[list[str], list[DraGpu], list[str]]] = {}
@@ -323,22 +367,9 @@ def read_slices(slices: Iterable[Any], node_names: Iterable[str]) -> DraInventor
                 f"{pool.generation} published, so none of its devices is counted yet"
             )
             continue
-        seen: set[str] = set()
-        for item in pool.slices:
-            raw_devices = item["spec"].get("devices") or []
-            if not isinstance(raw_devices, list):
-                node_problems.append(f"{where}: spec.devices is not a list")
-                continue
-            for device in raw_devices:
-                gpu, why = _read_device(device, where, pool_name)
-                if gpu is not None and gpu.name in seen:
-                    why = f"{where}: device {gpu.name!r} is published twice"
-                    gpu = None
-                if gpu is not None:
-                    seen.add(gpu.name)
-                    devices.append(gpu)
-                elif why:
-                    node_problems.append(why + "; not counted")
+        pool_devices, pool_problems = _read_pool(pool, where)
+        devices.extend(pool_devices)
+        node_problems.extend(pool_problems)
     by_node = {
         node: DraGpus(tuple(p), tuple(sorted(d, key=lambda g: g.name)), tuple(problems_))
         for node, (p, d, problems_) in gathered.items()
