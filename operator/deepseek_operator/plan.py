@@ -20,7 +20,7 @@ from deepseek_operator.api.roles import ROLE_KINDS
 from deepseek_operator.api.status import Condition, DeepSeekServingStatus, GroupStatus, RoleStatus
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
-from deepseek_operator.engine.disaggregated import RoleDecision, resolve_roles
+from deepseek_operator.engine.disaggregated import RoleDecision, apart, resolve_roles
 from deepseek_operator.engine.queueing import workload_size
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.engine.stability import PreviousDecision
@@ -307,8 +307,14 @@ def _plan_roles(
     pool = inference_pool(serving.name, serving.namespace, spec, pool_meta)
     if pool is not None and (apis or ClusterApis()).inference_pool:
         objects.append(pool)
-    held = not all(d.resolution.backend_runnable for d in decided) or not all(
-        d.resolution.leader_worker_set or d.resolution.pods_per_replica == 1 for d in decided
+    # Held: a role cannot run, or the pair cannot be placed together (render refuses it): one
+    # role's pods would hold GPUs while its peer's stay Pending.
+    held = (
+        not all(d.resolution.backend_runnable for d in decided)
+        or not all(
+            d.resolution.leader_worker_set or d.resolution.pods_per_replica == 1 for d in decided
+        )
+        or apart(decided) is not None
     )
     speaker = next(
         (d for d in decided if not d.resolution.backend_runnable),

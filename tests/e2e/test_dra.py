@@ -13,11 +13,13 @@ DRADeviceBindingConditions, beta and on by default in the pinned v1.36).
 from __future__ import annotations
 
 import json
+import pathlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.dra_slices import dra_only, gpu_device_class, gpu_slice, owned_by
 from tests.e2e.test_operator import AGENT_OK, _get, _pods, _serving
@@ -28,6 +30,7 @@ from tests.k8s.dra import CHANNEL_CLASS, device_classes, resource_slice
 from tests.k8s.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _dra_pool(
@@ -225,6 +228,55 @@ def test_a_pool_the_scheduler_rejects_counts_no_device(
     assert message is not None and "invalid" in message, message
     claim = _get(cp, namespace, "resourceclaim", "holder-gpus")
     assert not (claim.get("status") or {}).get("allocation")
+
+
+def _pair(namespace: str) -> dict[str, Any]:
+    """The 1P1D example (TP4 per role, one tray each) on this test's pool."""
+    doc = yaml.safe_load((REPO / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
+    doc["metadata"] = {"name": "pd", "namespace": namespace}
+    doc["spec"].pop("tolerations", None)
+    doc["spec"]["nodeSelector"] = {"pool": namespace}
+    for role in doc["spec"]["disaggregation"]["roles"]:
+        role["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    return dict(doc)
+
+
+def test_a_pair_that_fits_each_role_alone_but_not_both_is_not_created(
+    operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
+) -> None:
+    """Two DRA trays, one device of one tray already claimed: render refuses the 1P1D pair, and
+    the operator creates neither role (not a prefill pool Running beside a decode pool that
+    stays Pending); once the claim goes, both roles are created."""
+    cp = full_cluster
+    _dra_pool(cp, node_factory, namespace, "NVIDIA-GB200", "NVIDIA-GB200")
+    cp.apply(_holder(namespace, 1))
+    wait_for(
+        lambda: (_get(cp, namespace, "resourceclaim", "holder-gpus").get("status") or {}).get(
+            "allocation"
+        ),
+        timeout=60,
+        what="the holder's claim allocated",
+    )
+    cp.apply(_pair(namespace))
+    obj = wait_condition(cp, namespace, "Placeable", "False", name="pd", timeout=120)
+    assert "hold each pool alone but not both together" in condition(obj, "Placeable")["message"]
+    assert "nothing is created until both roles can run" in condition(obj, "Ready")["message"]
+    time.sleep(3)  # a reconcile that wrongly wrote the workloads would have done so by now
+    assert cp.kubectl_json("get", "deployments", "-n", namespace)["items"] == []
+    cp.kubectl("delete", "pod/holder", "resourceclaim/holder-gpus", "-n", namespace)
+    wait_condition(cp, namespace, "Placeable", "True", name="pd", timeout=120)
+    names = wait_for(
+        lambda: (
+            sorted(
+                d["metadata"]["name"]
+                for d in cp.kubectl_json("get", "deployments", "-n", namespace)["items"]
+            )
+            or None
+        ),
+        timeout=60,
+        what="both roles' Deployments",
+    )
+    assert names == ["pd-decode", "pd-prefill"]
 
 
 READY, FAILED = "ComputeDomainReady", "ComputeDomainFailed"  # condition types the test picks

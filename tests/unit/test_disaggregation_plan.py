@@ -17,9 +17,13 @@ from deepseek_operator.actions.roles import plan_decision_actions, rolling_roles
 from deepseek_operator.api.load import parse_serving
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.plan import Observed, Plan, plan
+from tests.dra_slices import dra_only_pool, gpu_claim
+from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS as AGENT_OK
+from tests.gpu_nodes import make_gpu_node
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOW = "2026-12-04T00:00:00Z"
+HALF_A_PAIR = "(half a pair would load weights for nothing)"
 
 
 def _raw(name: str = "dsv41-flash-1p1d-gb200.yaml") -> dict[str, Any]:
@@ -279,6 +283,25 @@ def test_a_shape_that_fits_each_pool_alone_but_not_both_is_not_placeable() -> No
         assert "decode 2/3 pod(s)" in decided.resolution.placement.message
     placeable = {c.type: c for c in p.status.conditions}["Placeable"]
     assert (placeable.status, placeable.reason) == ("False", "InsufficientNodes")
+
+
+def test_a_pair_that_cannot_be_placed_together_is_not_created() -> None:
+    """Two DRA-only GB200 trays, one device already claimed by another workload: each TP4 pool
+    fits alone, not both. render refuses; the operator's plan creates neither role."""
+    trays = [make_gpu_node(f"t{i}", "NVIDIA-GB200", agent_labels=AGENT_OK) for i in range(2)]
+    twins, slices = dra_only_pool(trays)
+    held = gpu_claim("other-gpus", "t1", ["gpu-0"], namespace="other", pod="other-0")
+    inventory = build_inventory(twins, slices, [held])
+    p = plan(parse_serving(_raw()), inventory, Observed.offline(), NOW)
+    for decided in p.roles:
+        assert decided.resolution.placement.capacity == 1  # alone: fits
+        assert "hold each pool alone but not both together" in decided.resolution.placement.message
+    assert p.objects == [] and p.holds_children
+    ready = {c.type: c for c in p.status.conditions}["Ready"]
+    assert ready.message.endswith("nothing is created until both roles can run " + HALF_A_PAIR)
+    # The claim gone, the pair fits and both roles are written.
+    free = plan(parse_serving(_raw()), build_inventory(twins, slices), Observed.offline(), NOW)
+    assert not free.holds_children and free.objects
 
 
 def test_render_refuses_a_shape_that_cannot_be_placed_in_one_line(tmp_path: pathlib.Path) -> None:

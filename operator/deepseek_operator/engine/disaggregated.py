@@ -17,7 +17,7 @@ do not, both roles are not placeable, with that reason.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,9 @@ from deepseek_operator.engine.stability import PreviousDecision
 from deepseek_operator.names import REASON_INSUFFICIENT_NODES
 from deepseek_operator.nodes.claims import ClaimOwner
 from deepseek_operator.nodes.facts import NodeInventory
+
+ROLES_FIT_TOGETHER = "RolesFitTogether"
+"""The check that both pools fit on the eligible nodes at once."""
 
 Memo = Callable[[Hashable, Callable[[], Any]], Any]
 """``memo(key, compute)``: the inventory's memo (the same decision is computed once)."""
@@ -126,7 +129,24 @@ def fit_together(
         else f"the eligible nodes hold each pool alone but not both together: {parts} placed; "
         "add nodes, or fewer replicas or GPUs in a role"
     )
-    return check("RolesFitTogether", CheckCategory.PLACEMENT, "", passed=ok, message=message)
+    return check(ROLES_FIT_TOGETHER, CheckCategory.PLACEMENT, "", passed=ok, message=message)
+
+
+def apart(decided: Sequence[RoleDecision]) -> CheckResult | None:
+    """The failed ``RolesFitTogether`` check of a pair that cannot be placed together, or None.
+
+    ``render`` refuses such a pair and the operator creates neither role (the same verdict on
+    the same inventory): each role placed alone would start one pool whose peer stays Pending.
+    """
+    return next(
+        (
+            c
+            for d in decided
+            for c in d.resolution.checks
+            if c.name == ROLES_FIT_TOGETHER and not c.passed
+        ),
+        None,
+    )
 
 
 def inference_pool_check(spec: DeepSeekServingSpec, apis: ClusterApis) -> CheckResult | None:

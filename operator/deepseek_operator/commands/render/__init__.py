@@ -33,6 +33,7 @@ from deepseek_operator.commands.render.inputs import (
 )
 from deepseek_operator.commands.render.output import SEPARATORS, format_preview
 from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.engine.disaggregated import apart
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
 from deepseek_operator.names import COMPUTE_DOMAIN_API_VERSION, DRA_API_VERSION, LWS_API_VERSION
@@ -144,11 +145,8 @@ def run(args: argparse.Namespace) -> int:
     refusals = []
     for document, one in zip(documents, planned, strict=True):
         refusal = _release_refusal(document.obj.spec, one.resolution)
-        together = next(
-            (c for r in one.roles for c in r.resolution.checks if c.name == "RolesFitTogether"),
-            None,
-        )
-        if together is not None and not together.passed:
+        together = apart(one.roles)
+        if together is not None:
             # A P:D shape that cannot be placed is refused like an unsupported release.
             refusal = f"spec.disaggregation.roles: cannot be placed: {together.message}"
         for index, role in enumerate(one.roles):
