@@ -70,6 +70,8 @@ class Observed:
     pod_refusals: tuple[str, ...] = ()
     # Multi-pod replicas: the pods of each LeaderWorkerSet group, by group index.
     groups: Mapping[int, GroupPods] = field(default_factory=dict)
+    # A disaggregated serving's: each role's groups (its LeaderWorkerSet's), by role.
+    role_groups: Mapping[str, Mapping[int, GroupPods]] = field(default_factory=dict)
 
     @classmethod
     def offline(cls) -> Observed:
@@ -83,6 +85,7 @@ class Observed:
         children: Mapping[ChildKey, Mapping[str, Any]],
         pod_refusals: tuple[str, ...] = (),
         groups: Mapping[int, GroupPods] | None = None,
+        role_groups: Mapping[str, Mapping[int, GroupPods]] | None = None,
     ) -> Observed:
         """Parse the live object's status through the API model, once."""
         raw = body.get("status") or {}
@@ -100,6 +103,7 @@ class Observed:
             children=children,
             pod_refusals=pod_refusals,
             groups=groups or {},
+            role_groups=role_groups or {},
         )
 
     @property
@@ -289,6 +293,9 @@ def _plan_roles(
             observed=observed.live,
             pod_refusal=observed.pod_refusal(),
             workload_size=size,
+            groups=group_statuses(res, inventory, observed.role_groups.get(d.role, {}))
+            if res.pods_per_replica > 1
+            else (),
         )
         statuses.append(role_status(d.role, status))
         for child in map(with_template_hash, render_objects(obj, res, size.replicas)):

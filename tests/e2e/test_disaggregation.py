@@ -115,6 +115,12 @@ def test_both_roles_placed_in_cliques_and_edits_roll_the_right_pools(
     roles = {r["role"]: r for r in obj["status"]["roles"]}
     assert roles["prefill"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     assert roles["decode"]["readyReplicas"] == 1 and roles["prefill"]["readyReplicas"] == 1
+    # Each role's LeaderWorkerSet group, as its pods show it (status.groups per role).
+    for role, pods in by_role.items():
+        (group,) = roles[role]["groups"]
+        assert group["leaderPod"] == f"{NAME}-{role}-0"
+        assert sorted(group["nodes"]) == sorted(p["spec"]["nodeName"] for p in pods)
+        assert (group["podsReady"], group["podsTotal"]) == (2, 2) and group["clique"]
     before = _uids(by_role)
 
     # The decode backend is not in the NIXL hash and only the decode role's: decode rolls alone.

@@ -3,14 +3,21 @@ pod watch's record keeping, no API server)."""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
+import yaml
+
 from deepseek_operator import names
+from deepseek_operator.api.load import parse_serving
 from deepseek_operator.controller.pod_watch import POD_SELECTOR, PodGroups, pod_record
+from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, PodSeen, plan
 from deepseek_operator.render.status import status_dict
 from tests.racks import RACK_A, RACK_B
 from tests.unit.test_rack_scale import _obj, _racks
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _pod(name: str, group: int, worker: int, node: str = "", ready: bool = False) -> dict[str, Any]:
@@ -89,3 +96,49 @@ def test_status_names_each_groups_clique_nodes_and_ready_pods() -> None:
     group = status_dict(plan(obj, inv, Observed(groups=straddling), "t").status)["groups"][0]
     assert group["clique"] == ", ".join(sorted([RACK_A.key, RACK_B.key]))
     assert "groups" not in status_dict(plan(obj, inv, Observed.offline(), "t").status)
+
+
+def _role_pod(role: str, group: int, worker: int, node: str) -> dict[str, Any]:
+    pod = _pod(f"dsv4-{role}-{group}" + (f"-{worker}" if worker else ""), group, worker, node)
+    pod["metadata"]["labels"] |= {
+        names.LABEL_PD_ROLE: role,
+        names.LWS_NAME_LABEL: f"dsv4-{role}",
+    }
+    return pod
+
+
+def test_the_roles_of_a_disaggregated_serving_keep_their_groups_apart() -> None:
+    # Each role's LeaderWorkerSet numbers its groups from 0: group 0 of prefill is not decode's.
+    groups = PodGroups()
+    for pod in (_role_pod("prefill", 0, 0, "t0"), _role_pod("decode", 0, 0, "t2")):
+        record = pod_record(pod)
+        assert record is not None
+        groups.observe(("llm", pod["metadata"]["name"]), record)
+    assert groups.groups(("llm", "dsv4")) == {}  # no aggregated pods
+    assert groups.role_groups(("llm", "dsv4")) == {
+        "decode": {0: {0: PodSeen("dsv4-decode-0", "t2", False)}},
+        "prefill": {0: {0: PodSeen("dsv4-prefill-0", "t0", False)}},
+    }
+
+
+def test_a_disaggregated_serving_reports_each_roles_groups() -> None:
+    raw = yaml.safe_load((ROOT / "examples/dsv4-pro-3p2d-nvl72.yaml").read_text())
+    items = yaml.safe_load((ROOT / "examples/nodes-gb200-nvl72.yaml").read_text())["items"]
+    obj, inv = parse_serving(raw), build_inventory(items)
+    trays = [f"nvl72-tray-{i:02d}" for i in range(6)]
+    seen = {
+        "prefill": {
+            g: {w: PodSeen(f"dsv4-pro-prefill-{g}-{w}", trays[2 * g + w], True) for w in (0, 1)}
+            for g in range(3)
+        },
+        "decode": {0: {w: PodSeen(f"dsv4-pro-decode-0-{w}", "", False) for w in range(4)}},
+    }
+    status = status_dict(plan(obj, inv, Observed(role_groups=seen), "t").status)
+    roles = {r["role"]: r for r in status["roles"]}
+    prefill, decode = roles["prefill"]["groups"], roles["decode"]["groups"]
+    assert [(g["index"], g["nodes"], g["podsReady"], g["podsTotal"]) for g in prefill] == [
+        (g, trays[2 * g : 2 * g + 2], 2, 2) for g in range(3)
+    ]
+    assert [(g["index"], g["podsReady"], g["podsTotal"]) for g in decode] == [(0, 0, 4)]
+    assert all(g["clique"] for g in prefill)
+    assert "groups" not in status  # per role, not summed up

@@ -181,6 +181,9 @@ class RoleStatus(ApiModel):
     capacity: list[CapacityStatus] | None = None
     """The role's KV-cache capacity per GPU type."""
 
+    groups: list[GroupStatus] | None = None
+    """The role's multi-pod replicas (its LeaderWorkerSet groups): leader pod, clique, nodes, pods ready."""
+
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

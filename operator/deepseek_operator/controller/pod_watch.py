@@ -23,6 +23,7 @@ from typing import Any
 from deepseek_operator.names import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
+    LABEL_PD_ROLE,
     LWS_GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,
     LWS_WORKER_INDEX_LABEL,
@@ -44,6 +45,7 @@ class PodRecord:
     group: int
     worker: int
     seen: PodSeen
+    role: str = ""  # a disaggregated serving's role ("" for an aggregated serving's pod)
 
 
 def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
@@ -62,7 +64,11 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     )
     node = str((pod.get("spec") or {}).get("nodeName") or "")
     return PodRecord(
-        (str(meta.get("namespace")), owner), group, worker, PodSeen(str(meta["name"]), node, ready)
+        (str(meta.get("namespace")), owner),
+        group,
+        worker,
+        PodSeen(str(meta["name"]), node, ready),
+        str(labels.get(LABEL_PD_ROLE) or ""),
     )
 
 
@@ -73,12 +79,19 @@ class PodGroups:
         self._pods: dict[PodKey, PodRecord] = {}
         self._by_owner: dict[OwnerKey, dict[PodKey, PodRecord]] = {}
 
-    def groups(self, owner: OwnerKey) -> dict[int, dict[int, PodSeen]]:
-        """group index → worker index → pod, for ``owner``."""
+    def groups(self, owner: OwnerKey, role: str = "") -> dict[int, dict[int, PodSeen]]:
+        """group index → worker index → pod, for ``owner`` (its ``role``'s pods when given)."""
         out: dict[int, dict[int, PodSeen]] = {}
         for record in self._by_owner.get(owner, {}).values():
-            out.setdefault(record.group, {})[record.worker] = record.seen
+            if record.role == role:
+                out.setdefault(record.group, {})[record.worker] = record.seen
         return out
+
+    def role_groups(self, owner: OwnerKey) -> dict[str, dict[int, dict[int, PodSeen]]]:
+        """role → :meth:`groups` of that role, for a disaggregated ``owner`` (each role's
+        LeaderWorkerSet numbers its groups from 0, so the roles are kept apart)."""
+        roles = {r.role for r in self._by_owner.get(owner, {}).values() if r.role}
+        return {role: self.groups(owner, role) for role in sorted(roles)}
 
     def observe(self, key: PodKey, record: PodRecord | None) -> set[OwnerKey]:
         """One pod event (``record`` None: deleted); the owners whose groups changed."""

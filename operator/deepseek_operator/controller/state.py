@@ -328,6 +328,7 @@ class OperatorState(NodeEvents):
             statefulsets_of=lambda: stores.lws_statefulsets(key),
             groups_of=lambda: self.pods.groups(key),
             status_only=status_only,
+            role_groups_of=lambda: self.pods.role_groups(key),
         )
 
     def schedule(

@@ -28,6 +28,7 @@ def role_status(role: str, status: S.DeepSeekServingStatus) -> S.RoleStatus:
         replicas=status.replicas,
         ready_replicas=status.ready_replicas,
         capacity=status.capacity,
+        groups=status.groups,
         # WorkloadApplied belongs to the whole serving (the reconciler writes both roles at once).
         conditions=[c for c in status.conditions if c.type != N.WORKLOAD_APPLIED],
     )
