@@ -304,6 +304,47 @@ def test_a_pair_that_cannot_be_placed_together_is_not_created() -> None:
     assert not free.holds_children and free.objects
 
 
+def _tp8_decode() -> dict[str, Any]:
+    raw = _raw()
+    _role(raw, "decode")["parallelism"] = {"tensorParallelSize": 8, "expertParallel": True}
+    return raw
+
+
+def test_roles_whose_nodes_are_of_two_gpu_generations_are_not_placed() -> None:
+    """Prefill's MegaMoE needs GB200 trays, a TP8 decode pod fits only the 8-GPU H200 nodes:
+    vLLM would pick a different attention backend per role, a factor of the NIXL hash."""
+    p = _plan(_tp8_decode(), "nodes-mixed.yaml")
+    assert p.objects == [] and p.holds_children
+    for decided in p.roles:
+        check = next(c for c in decided.resolution.checks if c.name == "RolesOneGPUGeneration")
+        assert not check.passed
+        assert "prefill on sm100 (gb200-tray-0, gb200-tray-1)" in check.message
+        assert "decode on sm90 (h200-node-0, h200-node-1)" in check.message
+        assert not decided.resolution.placement.placeable
+    # The 1P1D example (TP4 per role) on the same pool: both roles on the GB200 trays.
+    ok = _plan(_raw(), "nodes-mixed.yaml")
+    for decided in ok.roles:
+        check = next(c for c in decided.resolution.checks if c.name == "RolesOneGPUGeneration")
+        assert check.passed and "sm100" in check.message
+
+
+def test_render_refuses_a_pair_on_two_gpu_generations(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(_tp8_decode()))
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path)),
+            *("--nodes", str(ROOT / "examples/nodes-mixed.yaml")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 1 and out.stdout == ""
+    assert "cannot be placed: the eligible nodes span GPU generations sm100, sm90" in out.stderr
+
+
 def test_render_refuses_a_shape_that_cannot_be_placed_in_one_line(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(_too_big()))

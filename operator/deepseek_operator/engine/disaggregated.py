@@ -7,11 +7,16 @@ inventory, plus the KV-transfer refusals of :mod:`.kv_transfer_checks`. The MoE 
 vLLM's NIXL compatibility hash, so the roles may decide differently; what the hash covers is
 shared by construction (api/roles.py).
 
-The pair adds two checks to both roles: ``KVTransferPath`` (informational), whether some NVLink
+The pair adds three checks to both roles: ``KVTransferPath`` (informational), whether some NVLink
 clique has eligible nodes of both roles (KV blocks can then move over multi-node NVLink) or the
 transfer goes over RDMA (UCX ``rc``); and ``RolesFitTogether``, whether the eligible nodes hold
 both pools at once (each role's own capacity counts the nodes as if it were alone): when they
-do not, both roles are not placeable, with that reason.
+do not, both roles are not placeable, with that reason; and ``RolesOneGPUGeneration``, whether
+every eligible node of both roles is of one GPU generation (SM family). vLLM picks the attention
+backend per compute capability, and its name is a factor of the NIXL compatibility hash, so a
+prefill pool on SM100 and a decode pool on SM90 would refuse each other at the handshake after
+both loaded their weights: such a pair, or one whose pools could land on two generations, is not
+placeable either, and the message says which role may land where.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ from deepseek_operator.nodes.facts import NodeInventory
 
 ROLES_FIT_TOGETHER = "RolesFitTogether"
 """The check that both pools fit on the eligible nodes at once."""
+ROLES_ONE_GENERATION = "RolesOneGPUGeneration"
+"""The check that both pools' eligible nodes are of one GPU generation."""
+# The pair checks whose failure holds the pair (render refuses it, the operator creates neither).
+_PAIR_PLACEMENT = (ROLES_ONE_GENERATION, ROLES_FIT_TOGETHER)
 
 Memo = Callable[[Hashable, Callable[[], Any]], Any]
 """``memo(key, compute)``: the inventory's memo (the same decision is computed once)."""
@@ -132,21 +141,49 @@ def fit_together(
     return check(ROLES_FIT_TOGETHER, CheckCategory.PLACEMENT, "", passed=ok, message=message)
 
 
+def one_generation(inventory: NodeInventory, decided: Sequence[RoleDecision]) -> CheckResult:
+    """Both roles' eligible nodes are of one GPU generation (SM family, hence one attention
+    backend in the NIXL compatibility hash)."""
+    families: dict[str, dict[str, list[str]]] = {}  # role -> family -> nodes
+    for d in decided:
+        for name in d.resolution.eligible_nodes:
+            facts = inventory.named(name)
+            family = (facts.family if facts else None) or "unknown"
+            families.setdefault(d.role, {}).setdefault(family, []).append(name)
+    every = sorted({f for per_role in families.values() for f in per_role})
+    parts = "; ".join(
+        f"{d.role} on "
+        + ", ".join(
+            f"{family} ({short_list(nodes)})"
+            for family, nodes in sorted(families.get(d.role, {}).items())
+        )
+        for d in decided
+    )
+    if len(every) <= 1:
+        message = f"both roles run on one GPU generation ({every[0] if every else 'none'})"
+        return check(
+            ROLES_ONE_GENERATION, CheckCategory.PLACEMENT, "", passed=True, message=message
+        )
+    message = (
+        f"the eligible nodes span GPU generations {', '.join(every)}: {parts}. vLLM picks the "
+        "attention backend per GPU generation and hashes its name into the NIXL compatibility "
+        "hash, so a prefill and a decode pool on different generations refuse each other at the "
+        "handshake; keep both roles on one generation (spec.nodeSelector, e.g. "
+        "nvidia.com/gpu.family or nvidia.com/gpu.product, or each role's layout)"
+    )
+    return check(ROLES_ONE_GENERATION, CheckCategory.PLACEMENT, "", passed=False, message=message)
+
+
 def apart(decided: Sequence[RoleDecision]) -> CheckResult | None:
-    """The failed ``RolesFitTogether`` check of a pair that cannot be placed together, or None.
+    """The failed pair check (``RolesOneGPUGeneration``, ``RolesFitTogether``) of a pair that
+    cannot be placed as one, or None.
 
     ``render`` refuses such a pair and the operator creates neither role (the same verdict on
-    the same inventory): each role placed alone would start one pool whose peer stays Pending.
+    the same inventory): one pool started alone, or beside a peer it cannot talk to, would load
+    weights for nothing.
     """
-    return next(
-        (
-            c
-            for d in decided
-            for c in d.resolution.checks
-            if c.name == ROLES_FIT_TOGETHER and not c.passed
-        ),
-        None,
-    )
+    failed = {c.name: c for d in decided for c in d.resolution.checks if c.name in _PAIR_PLACEMENT}
+    return next((failed[n] for n in _PAIR_PLACEMENT if n in failed and not failed[n].passed), None)
 
 
 def inference_pool_check(spec: DeepSeekServingSpec, apis: ClusterApis) -> CheckResult | None:
@@ -203,9 +240,15 @@ def resolve_roles(
     placeable = all(d.resolution.placement.placeable for d in decided)
     path = transfer_path(shared, placeable)
     routing = inference_pool_check(spec, apis or ClusterApis())
-    together = (
-        fit_together(inventory, decided, spec.gpu_resource_name, owner) if placeable else None
+    pair = (
+        (
+            one_generation(inventory, decided),
+            fit_together(inventory, decided, spec.gpu_resource_name, owner),
+        )
+        if placeable
+        else ()
     )
+    failed = next((c for c in pair if not c.passed), None)
     out = []
     for d in decided:
         transfer = KVTransfer(
@@ -213,15 +256,14 @@ def resolve_roles(
         )
         placement = d.resolution.placement
         checks = (*d.resolution.checks, path, *([routing] if routing else []))
-        if together is not None:
-            checks = (*checks, together)
-            if not together.passed:
-                placement = dataclasses.replace(
-                    placement,
-                    placeable=False,
-                    reason=REASON_INSUFFICIENT_NODES,
-                    message=together.message,
-                )
+        checks = (*checks, *pair)
+        if failed is not None:
+            placement = dataclasses.replace(
+                placement,
+                placeable=False,
+                reason=REASON_INSUFFICIENT_NODES,
+                message=failed.message,
+            )
         res = dataclasses.replace(
             d.resolution, checks=checks, kv_transfer=transfer, placement=placement
         )
