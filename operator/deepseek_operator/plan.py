@@ -84,10 +84,10 @@ class Observed:
         body: Mapping[str, Any],
         children: Mapping[ChildKey, Mapping[str, Any]],
         pod_refusals: tuple[str, ...] = (),
-        groups: Mapping[int, GroupPods] | None = None,
-        role_groups: Mapping[str, Mapping[int, GroupPods]] | None = None,
+        groups: Mapping[str, Mapping[int, GroupPods]] | None = None,
     ) -> Observed:
-        """Parse the live object's status through the API model, once."""
+        """Parse the live object's status through the API model, once. ``groups``: the pods of
+        each LeaderWorkerSet group by role ("" for an aggregated serving)."""
         raw = body.get("status") or {}
         try:
             status = DeepSeekServingStatus.model_validate(raw) if raw else None
@@ -102,8 +102,8 @@ class Observed:
             raw_status=raw,
             children=children,
             pod_refusals=pod_refusals,
-            groups=groups or {},
-            role_groups=role_groups or {},
+            groups=(groups or {}).get("", {}),
+            role_groups={role: g for role, g in (groups or {}).items() if role},
         )
 
     @property

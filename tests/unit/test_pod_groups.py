@@ -115,7 +115,7 @@ def test_the_roles_of_a_disaggregated_serving_keep_their_groups_apart() -> None:
         assert record is not None
         groups.observe(("llm", pod["metadata"]["name"]), record)
     assert groups.groups(("llm", "dsv4")) == {}  # no aggregated pods
-    assert groups.role_groups(("llm", "dsv4")) == {
+    assert groups.by_role(("llm", "dsv4")) == {
         "decode": {0: {0: PodSeen("dsv4-decode-0", "t2", False)}},
         "prefill": {0: {0: PodSeen("dsv4-prefill-0", "t0", False)}},
     }

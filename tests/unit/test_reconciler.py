@@ -450,7 +450,7 @@ def test_a_status_only_reconcile_writes_the_status_and_never_a_child() -> None:
     a = _body("a")
     key = ("llm", "a")
     # Nothing applied yet (a missing child), pods seen: a pod event must still not write it.
-    groups = {0: {0: PodSeen("a-0", "gb-0", True)}}
+    groups = {"": {0: {0: PodSeen("a-0", "gb-0", True)}}}
     asyncio.run(
         rec.reconcile(
             key, lambda: a, gb200_pool, dict, "pods", groups_of=lambda: groups, status_only=True

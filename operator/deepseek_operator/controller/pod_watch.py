@@ -87,10 +87,10 @@ class PodGroups:
                 out.setdefault(record.group, {})[record.worker] = record.seen
         return out
 
-    def role_groups(self, owner: OwnerKey) -> dict[str, dict[int, dict[int, PodSeen]]]:
-        """role → :meth:`groups` of that role, for a disaggregated ``owner`` (each role's
-        LeaderWorkerSet numbers its groups from 0, so the roles are kept apart)."""
-        roles = {r.role for r in self._by_owner.get(owner, {}).values() if r.role}
+    def by_role(self, owner: OwnerKey) -> dict[str, dict[int, dict[int, PodSeen]]]:
+        """role → :meth:`groups` of that role, for ``owner`` ("" for an aggregated serving's
+        pods; each role's LeaderWorkerSet numbers its groups from 0, so roles are kept apart)."""
+        roles = {r.role for r in self._by_owner.get(owner, {}).values()}
         return {role: self.groups(owner, role) for role in sorted(roles)}
 
     def observe(self, key: PodKey, record: PodRecord | None) -> set[OwnerKey]:

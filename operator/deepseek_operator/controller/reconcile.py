@@ -123,9 +123,8 @@ class Reconciler:
         live_of: Callable[[], Mapping[ChildKey, Mapping[str, Any]]],
         trigger: str,
         statefulsets_of: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
-        groups_of: Callable[[], Mapping[int, GroupPods]] | None = None,
+        groups_of: Callable[[], Mapping[str, Mapping[int, GroupPods]]] | None = None,
         status_only: bool = False,
-        role_groups_of: Callable[[], Mapping[str, Mapping[int, GroupPods]]] | None = None,
     ) -> Outcome | None:
         """Reconcile ``key``, reading its latest body, nodes and children once the lock is held.
 
@@ -134,8 +133,8 @@ class Reconciler:
 
         Reading under the lock matters: a reconcile queued behind another must see what the
         first one wrote (its status, its children), not the snapshot that queued it.
-        ``groups_of``: the pods of each LeaderWorkerSet group (``role_groups_of``: per role of a
-        disaggregated serving); ``status_only``: write no child.
+        ``groups_of``: the pods of each LeaderWorkerSet group, by role ("" when aggregated);
+        ``status_only``: write no child.
         """
         namespace, name = key
         started = time.perf_counter()
@@ -152,9 +151,8 @@ class Reconciler:
                 try:
                     statefulsets = list(statefulsets_of()) if statefulsets_of else []
                     groups = groups_of() if groups_of is not None else {}
-                    by_role = role_groups_of() if role_groups_of is not None else {}
                     call = self._reconcile(
-                        rec, body, nodes_of(), live, statefulsets, groups, status_only, by_role
+                        rec, body, nodes_of(), live, statefulsets, groups, status_only
                     )
                     del body  # the call holds it only as long as it needs it
                     outcome = await call
@@ -235,9 +233,8 @@ class Reconciler:
         inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
         statefulsets: Iterable[Mapping[str, Any]] = (),
-        groups: Mapping[int, GroupPods] | None = None,
+        groups: Mapping[str, Mapping[int, GroupPods]] | None = None,
         status_only: bool = False,
-        role_groups: Mapping[str, Mapping[int, GroupPods]] | None = None,
     ) -> Outcome:
         obj = self.records.parse(body)
         ours, strangers = split_children(live, obj.uid)
@@ -257,7 +254,7 @@ class Reconciler:
             pod_refusals += found
             if again is not None:
                 recheck = again if recheck is None else min(recheck, again)
-        observed = Observed.from_body(body, ours, pod_refusals, groups, role_groups)
+        observed = Observed.from_body(body, ours, pod_refusals, groups)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)

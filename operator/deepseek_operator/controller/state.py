@@ -326,9 +326,8 @@ class OperatorState(NodeEvents):
             lambda: stores.live_children(key),
             trigger,
             statefulsets_of=lambda: stores.lws_statefulsets(key),
-            groups_of=lambda: self.pods.groups(key),
+            groups_of=lambda: self.pods.by_role(key),
             status_only=status_only,
-            role_groups_of=lambda: self.pods.role_groups(key),
         )
 
     def schedule(
