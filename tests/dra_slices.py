@@ -179,11 +179,14 @@ def gpu_claim(
     *,
     namespace: str = "llm",
     pod: str | None = None,
+    pod_claim: str = "gpus",
 ) -> dict[str, Any]:
     """A ResourceClaim whose allocation holds ``devices`` of ``pool`` (owned by ``pod`` when
-    given, as the ResourceClaim controller makes a pod's claim from its template)."""
+    given, and annotated with the pod's claim entry ``pod_claim``, as the ResourceClaim
+    controller makes a pod's claim from its template)."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if pod is not None:
+        meta["annotations"] = {"resource.kubernetes.io/pod-claim-name": pod_claim}
         meta["ownerReferences"] = [
             {
                 "apiVersion": "v1",

@@ -22,7 +22,8 @@ from deepseek_operator.nodes.claims import (
 )
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, Plan, claim_owner, plan
-from tests.dra_slices import gpu_claim
+from tests.dra_slices import gpu_claim, gpu_slice
+from tests.gpu_nodes import make_gpu_node
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOW = "2026-01-01T00:00:00Z"
@@ -56,7 +57,12 @@ def test_the_reducer_keeps_only_the_held_devices_and_who_holds_them() -> None:
     claim = _taken(pod="trainer-0")
     claim["metadata"] |= {"uid": "u", "resourceVersion": "7", "labels": {"a": "b"}}
     assert claim_of(claim) == {
-        "metadata": {"namespace": "batch", "name": "other", "pod": "trainer-0"},
+        "metadata": {
+            "namespace": "batch",
+            "name": "other",
+            "pod": "trainer-0",
+            "podClaim": "gpus",
+        },
         "devices": [
             {"driver": "gpu.nvidia.com", "pool": "gb200-tray-0", "device": "gpu-0"},
             {"driver": "gpu.nvidia.com", "pool": "gb200-tray-0", "device": "gpu-1"},
@@ -129,8 +135,21 @@ def test_a_claim_is_the_servings_own_when_a_pod_of_its_workload_owns_it(
 ) -> None:
     assert pod_of_workload(pod, "dsv41") is ours
     owner = ClaimOwner("llm", frozenset({"dsv41"}))
-    assert owner.owns(HeldDevice("p", "gpu-0", "llm", "c", pod)) is ours
-    assert not owner.owns(HeldDevice("p", "gpu-0", "batch", "c", pod))  # another namespace
+    assert owner.owns(HeldDevice("p", "gpu-0", "llm", "c", pod, "gpus")) is ours
+    assert not owner.owns(HeldDevice("p", "gpu-0", "batch", "c", pod, "gpus"))  # namespace
+    # Generated for another claim entry of the pod, or referenced by name: not the serving's.
+    assert not owner.owns(HeldDevice("p", "gpu-0", "llm", "c", pod, "scratch"))
+    assert not owner.owns(HeldDevice("p", "gpu-0", "llm", "c", pod, ""))
+
+
+def test_a_same_named_pods_claim_for_another_claim_entry_is_not_the_servings() -> None:
+    """A LeaderWorkerSet ``dsv41-1`` beside the serving ``dsv41``: its pod ``dsv41-1-0`` is
+    named as a pod of both, but its claim, generated for its own claim entry, is not ours."""
+    theirs = gpu_claim(
+        "dsv41-1-0-accel-x", "gb200-tray-0", ["gpu-0", "gpu-1"], pod="dsv41-1-0", pod_claim="accel"
+    )
+    placeable = _plan([theirs]).resolution.placement.message
+    assert "2 held by other claims" in placeable
 
 
 def test_a_long_deployments_truncated_pod_names_are_recognised() -> None:
@@ -275,3 +294,69 @@ def test_a_disaggregated_serving_counts_both_roles_claims_free_and_fits_them_tog
     placeable = next(c for c in planned.status.conditions if c.type == "Placeable")
     assert placeable.status == "False"
     assert "prefill 1/1 pod(s) of 4 GPUs, decode 0/1 pod(s) of 4 GPUs placed" in placeable.message
+
+
+# --- consumable capacity ----------------------------------------------------------------------
+
+
+def _shared_tray(default: str | None) -> Any:
+    """One DRA tray whose four GPUs allow multiple allocations (consumable capacity)."""
+    slice_ = gpu_slice("t0", count=4)
+    for device in slice_["spec"]["devices"]:
+        device["allowMultipleAllocations"] = True
+        if default is not None:
+            device["capacity"]["memory"]["requestPolicy"] = {"default": default}
+    return slice_
+
+
+def _share(consumed: str, device: str = "gpu-0") -> Any:
+    claim = gpu_claim("share", "t0", [device], namespace="batch", pod="notebook-0")
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    result |= {"shareID": "3b5f7e0c-0000-4000-8000-000000000000"}
+    result["consumedCapacity"] = {"memory": consumed}
+    return claim
+
+
+@pytest.mark.parametrize(
+    "default, consumed, free",
+    [
+        # Without a request policy, a claim that asks no capacity consumes all of it: any
+        # share already taken leaves no room (the scheduler's fillEmptyRequest).
+        (None, "10Gi", 3),
+        # With a default of 40Gi, a whole-GPU claim consumes 40Gi: room beside a 100Gi share
+        # of 185Gi, none beside a 150Gi one.
+        ("40Gi", "100Gi", 4),
+        ("40Gi", "150Gi", 3),
+    ],
+)
+def test_a_shared_device_counts_as_the_scheduler_counts_its_capacity(
+    default: str | None, consumed: str, free: int
+) -> None:
+    node = make_gpu_node("t0", "NVIDIA-GB200", agent_labels=None)
+    node["status"]["allocatable"].pop("nvidia.com/gpu", None)
+    inventory = build_inventory([node], [_shared_tray(default)], [_share(consumed)])
+    facts = inventory.nodes[0]
+    assert facts.free_gpus("nvidia.com/gpu") == free
+    # A claim we cannot read the share of holds the device whole (the cautious count).
+    unreadable = _share("lots")
+    assert (
+        build_inventory([node], [_shared_tray(default)], [unreadable])
+        .nodes[0]
+        .free_gpus("nvidia.com/gpu")
+        == 3
+    )
+
+
+def test_an_exclusive_device_is_held_whole_by_any_allocation() -> None:
+    node = make_gpu_node("t0", "NVIDIA-GB200", agent_labels=None)
+    node["status"]["allocatable"].pop("nvidia.com/gpu", None)
+    # consumedCapacity on a device that does not allow multiple allocations changes nothing.
+    inventory = build_inventory([node], [gpu_slice("t0", count=4)], [_share("1Gi")])
+    assert inventory.nodes[0].free_gpus("nvidia.com/gpu") == 3
+
+
+def test_the_reducer_keeps_what_a_share_consumes() -> None:
+    kept = claim_of(_share("10Gi"))
+    assert kept is not None and kept["devices"][0]["consumed"] == {"memory": "10Gi"}
+    assert held_devices([kept]) == held_devices([_share("10Gi")])
+    assert held_devices([kept])[0].consumed == (("memory", "10Gi"),)

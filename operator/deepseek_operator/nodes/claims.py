@@ -6,10 +6,14 @@ devices no claim holds, plus those held by the serving's own pods (a running ser
 see its own GPUs as taken).
 
 A pod's claim is made by the ResourceClaim controller from the pod's ResourceClaimTemplate and
-owned by the pod (an ``ownerReferences`` entry of kind ``Pod``, ``controller: true``). The
-serving's pods are named after its workload: a Deployment's ``<name>-<pod-template-hash>-<5>``,
-a LeaderWorkerSet's ``<name>-<group>`` (leader) and ``<name>-<group>-<worker>``. That is how a
-claim is recognised as the serving's own (:meth:`ClaimOwner.owns`).
+owned by the pod (an ``ownerReferences`` entry of kind ``Pod``, ``controller: true``) and
+annotated with the name of the pod's claim entry (``resource.kubernetes.io/pod-claim-name``,
+``gpus`` for the operator's pods). A claim is recognised as the serving's own
+(:meth:`ClaimOwner.owns`) when it is generated for the pod claim ``gpus`` of a pod named as the
+serving's workload names its pods: a Deployment's ``<name>-<pod-template-hash>-<5>``, a
+LeaderWorkerSet's ``<name>-<group>`` (leader) and ``<name>-<group>-<worker>``. A claim the pod
+references by name (``resourceClaimName``), or generated for another claim entry, is never the
+serving's.
 
 Defensive: a claim is whatever the API server (or a file) handed us; a malformed entry is
 skipped, never raised on.
@@ -33,6 +37,11 @@ _BASE_MAX = 58  # apimachinery's maxGeneratedNameLength: 63 less the 5-character
 _TRUNCATED_HASH = re.compile(rf"[{_SAFE}]*-?")
 _SUFFIX = re.compile(rf"[{_SAFE}]{{5}}")
 
+GPU_POD_CLAIM = "gpus"
+"""The name of the serving pods' claim entry for their GPUs (and of its template's request)."""
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+"""Set by the ResourceClaim controller on a claim it generates: the pod's claim entry."""
+
 
 @dataclass(frozen=True, slots=True)
 class HeldDevice:
@@ -43,6 +52,10 @@ class HeldDevice:
     namespace: str
     claim: str
     pod: str = ""  # the pod owning the claim ("" when no pod owns it)
+    pod_claim: str = ""  # the pod's claim entry it was generated for (POD_CLAIM_ANNOTATION)
+    # A share of a device that allows multiple allocations: the capacity it consumes, as the
+    # result's consumedCapacity states it ((name, quantity) pairs); () = the whole device.
+    consumed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +68,11 @@ class ClaimOwner:
 
     def owns(self, held: HeldDevice) -> bool:
         """Whether ``held`` is held by a claim of one of this serving's pods."""
-        return held.namespace == self.namespace and self.owns_pod(held.pod)
+        return (
+            held.namespace == self.namespace
+            and held.pod_claim == GPU_POD_CLAIM
+            and self.owns_pod(held.pod)
+        )
 
     def owns_pod(self, pod: str) -> bool:
         """Whether ``pod`` (in :attr:`namespace`) is named as a pod of one of the workloads."""
@@ -110,6 +127,9 @@ def claim_of(item: Any) -> dict[str, Any] | None:
     no such device (unallocated, another driver's, or malformed), which holds no GPU.
 
     Results with ``adminAccess: true`` are left out: they monitor a device without taking it.
+    A result that consumes part of a shared device (consumable capacity: ``consumedCapacity``)
+    keeps what it consumes, so the device's remaining capacity can be counted as the scheduler
+    counts it.
     """
     if not isinstance(item, Mapping):
         return None
@@ -120,7 +140,7 @@ def claim_of(item: Any) -> dict[str, Any] | None:
     if not isinstance(name, str) or not isinstance(namespace, str):
         return None
     devices = [
-        {"driver": r["driver"], "pool": r["pool"], "device": r["device"]}
+        {"driver": r["driver"], "pool": r["pool"], "device": r["device"], **_consumed(r)}
         for r in _results(item)
         if isinstance(r, Mapping)
         and r.get("driver") == names.DRA_GPU_DRIVER
@@ -130,10 +150,26 @@ def claim_of(item: Any) -> dict[str, Any] | None:
     ]
     if not devices:
         return None
+    annotations = meta.get("annotations")
+    pod_claim = annotations.get(POD_CLAIM_ANNOTATION) if isinstance(annotations, Mapping) else ""
     return {
-        "metadata": {"namespace": namespace, "name": name, "pod": _owner_pod(meta)},
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "pod": _owner_pod(meta),
+            "podClaim": pod_claim if isinstance(pod_claim, str) else "",
+        },
         "devices": devices,
     }
+
+
+def _consumed(result: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"consumed": {name: quantity}}`` for a result that consumes part of a shared device
+    (the capacity names as the result writes them), else nothing."""
+    raw = result.get("consumedCapacity")
+    if not isinstance(raw, Mapping) or not raw:
+        return {}
+    return {"consumed": {str(k): str(v) for k, v in raw.items() if isinstance(v, str | int)}}
 
 
 def held_devices(claims: Iterable[Any]) -> tuple[HeldDevice, ...]:
@@ -146,8 +182,17 @@ def held_devices(claims: Iterable[Any]) -> tuple[HeldDevice, ...]:
             continue
         meta = kept["metadata"]
         for d in kept["devices"]:
+            consumed = tuple(sorted((d.get("consumed") or {}).items()))
             out.append(
-                HeldDevice(d["pool"], d["device"], meta["namespace"], meta["name"], meta["pod"])
+                HeldDevice(
+                    d["pool"],
+                    d["device"],
+                    meta["namespace"],
+                    meta["name"],
+                    meta["pod"],
+                    str(meta.get("podClaim") or ""),
+                    consumed,
+                )
             )
     return tuple(out)
 
@@ -159,10 +204,12 @@ def _is_reduced(item: Any) -> bool:
     return (
         isinstance(meta, Mapping)
         and all(isinstance(meta.get(k), str) for k in ("namespace", "name", "pod"))
+        and isinstance(meta.get("podClaim", ""), str)
         and isinstance(devices, list)
         and all(
             isinstance(d, Mapping)
             and all(isinstance(d.get(k), str) for k in ("driver", "pool", "device"))
+            and isinstance(d.get("consumed", {}), Mapping)
             for d in devices
         )
     )

@@ -71,6 +71,10 @@ class DraGpu:
     cc_text: str  # the version as published, ``9.0.0``
     memory_mib: int
     pool: str = ""
+    # A device that allows multiple allocations (consumable capacity): per capacity, (name,
+    # value, what one claim that asks no capacity consumes: the request policy's default, else
+    # the whole value). () = an exclusive device, held whole by any allocation.
+    shares: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +92,28 @@ class DraGpus:
         return len(self.devices)
 
     def held_by_others(self, owner: ClaimOwner | None) -> int:
-        """Devices a claim holds that is not one of ``owner``'s pods' (each device once)."""
-        return len({(h.pool, h.device) for h in self.held if owner is None or not owner.owns(h)})
+        """Devices that claims other than ``owner``'s pods' leave no room on for one of its pods,
+        each device once, as the scheduler counts them: an exclusive device is taken by any
+        allocation; a shared one (consumable capacity) once what the others consume plus what
+        a whole-GPU claim consumes exceeds one of its capacities."""
+        shares = {(d.pool, d.name): d.shares for d in self.devices}
+        taken: set[tuple[str, str]] = set()
+        used: dict[tuple[str, str], dict[str, int]] = {}
+        for h in self.held:
+            if owner is not None and owner.owns(h):
+                continue
+            key = (h.pool, h.device)
+            amounts = [(_capacity_name(n), parse_quantity_bytes(q)) for n, q in h.consumed]
+            if not shares.get(key) or not amounts or any(a is None for _, a in amounts):
+                taken.add(key)  # a whole device, or a share we cannot read: held whole
+                continue
+            per = used.setdefault(key, {})
+            for name, amount in amounts:
+                per[name] = per.get(name, 0) + (amount or 0)
+        for key, per in used.items():
+            if any(per.get(name, 0) + need > value for name, value, need in shares[key]):
+                taken.add(key)
+        return len(taken)
 
     def free(self, owner: ClaimOwner | None) -> int:
         """Devices no claim holds, plus those held by ``owner``'s own pods."""
@@ -196,6 +220,34 @@ def _attribute(attributes: Mapping[str, Any], name: str) -> Any:
     return attributes.get(f"{names.DRA_GPU_DRIVER}/{name}")
 
 
+def _capacity_name(name: str) -> str:
+    """A capacity's name without the driver's domain (``gpu.nvidia.com/memory`` is ``memory``)."""
+    prefix = f"{names.DRA_GPU_DRIVER}/"
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+def _shares(
+    device: Mapping[str, Any], capacity: Mapping[str, Any]
+) -> tuple[tuple[str, int, int], ...]:
+    """(name, value, one whole-GPU claim's consumption) per capacity of a device that allows
+    multiple allocations; () for an exclusive device or a capacity we cannot read (then any
+    allocation holds it whole, the cautious count)."""
+    if device.get("allowMultipleAllocations") is not True:
+        return ()
+    out = []
+    for name, entry in capacity.items():
+        value = (
+            parse_quantity_bytes(str(entry.get("value"))) if isinstance(entry, Mapping) else None
+        )
+        if value is None:
+            return ()
+        policy = entry.get("requestPolicy")
+        default = policy.get("default") if isinstance(policy, Mapping) else None
+        need = parse_quantity_bytes(str(default)) if default is not None else value
+        out.append((_capacity_name(str(name)), value, value if need is None else need))
+    return tuple(sorted(out))
+
+
 def _typed(value: Any, kind: str) -> str | None:
     """The ``kind`` field of a DeviceAttribute when it is the only field set, else None."""
     if not isinstance(value, Mapping):
@@ -248,6 +300,7 @@ def _read_device(device: Any, where: str, pool: str = "") -> tuple[DraGpu | None
         cc_text=values[ATTR_CC],
         memory_mib=size // 2**20,
         pool=pool,
+        shares=_shares(device, capacity) if isinstance(capacity, Mapping) else (),
     ), ""
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import find_product
-from deepseek_operator.nodes.claims import ClaimOwner, held_devices
+from deepseek_operator.nodes.claims import GPU_POD_CLAIM, ClaimOwner, held_devices
 from deepseek_operator.nodes.dra import DraGpus, read_slices, with_claims
 from deepseek_operator.nodes.precedence import (
     COMPUTE,
@@ -189,7 +189,7 @@ class NodeInventory:
             out: dict[str, set[str]] = {}
             for n in self.nodes:
                 for h in n.dra.held if n.dra else ():
-                    if h.pod:
+                    if h.pod and h.pod_claim == GPU_POD_CLAIM:
                         out.setdefault(h.namespace, set()).add(h.pod)
             return out
 

@@ -18,9 +18,10 @@ from typing import Any
 from deepseek_operator.catalog.gpus import GPU_PRODUCTS
 from deepseek_operator.engine.placement import NodeRequirement, Requirement
 from deepseek_operator.names import DRA_GPU_DRIVER
+from deepseek_operator.nodes.claims import GPU_POD_CLAIM
 from deepseek_operator.nodes.dra import ATTR_CC, ATTR_PRODUCT, CAPACITY_MEMORY
 
-CLAIM_NAME = "gpus"
+CLAIM_NAME = GPU_POD_CLAIM
 """The pod's resource-claim name (and the template's request name) for its GPUs."""
 
 _ATTRS = f"device.attributes[{json.dumps(DRA_GPU_DRIVER)}]"
