@@ -8,8 +8,10 @@ second hand-written copy of the rules this module runs the generated CRD's own s
    only, labels and annotations with string values;
 2. no unknown field anywhere the schema does not preserve unknown fields (``kubectl`` sends
    ``fieldValidation=Strict``);
-3. ``null`` in an object field is dropped (the CRD declares nothing ``nullable``), then the
-   schema's ``default`` values are filled in;
+3. ``null`` in an object field is dropped, then the schema's ``default`` values are filled in:
+   a non-nullable null is pruned (or defaulted) by the API server, and the optional fields
+   without a default are ``nullable``, whose null the API server keeps and its CEL reads as
+   absent, so to the operator it is the same "unset";
 4. strict types (``"4"`` is no integer, ``"true"`` no boolean; a float with an integral value is
    the integer ``kubectl`` turns it into), ``minimum``/``maximum``, lengths, item counts, enums;
 5. list-map uniqueness (``x-kubernetes-list-type: map``: no two items with the same keys);

@@ -147,7 +147,9 @@ def _walk_object(path: str, value: dict[str, Any], schema: dict[str, Any]) -> di
         out = value
     else:
         # Strict decoding refuses an unknown field even when its value is null; the nulls of
-        # known fields are then pruned before defaulting (nothing in this CRD is nullable).
+        # known fields are then dropped before defaulting: the API server prunes a
+        # non-nullable null, and keeps a nullable one (an optional field without a default)
+        # that its CEL reads as absent, which is "unset" either way.
         for key in value:
             if key not in properties and additional is None and not preserve:
                 raise SpecError(

@@ -1,13 +1,15 @@
 """Generate the DeepSeekServing CRD from the pydantic models (``deepseek-operator crds``).
 
 The output is a structural schema: every ``$ref`` inlined, no ``additionalProperties: false``,
-no ``anyOf`` with ``null``, free-form objects marked ``x-kubernetes-preserve-unknown-fields``,
+no ``anyOf`` with ``null`` (an optional spec field without a default is ``nullable`` instead, so
+``null`` is "unset" on every path), free-form objects marked ``x-kubernetes-preserve-unknown-fields``,
 and the CEL rules of :mod:`deepseek_operator.api.rules` attached where they run.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import yaml
@@ -135,6 +137,44 @@ def _schema_of(model: type[Any]) -> dict[str, Any]:
     return schema
 
 
+def _nullable_optionals(node: Any) -> None:
+    """Mark every optional field without a ``default`` ``nullable: true``, at every level.
+
+    ``null`` then means "unset" to every client, as it does offline: ``kubectl create`` and
+    client-side ``kubectl apply`` (whose decoder prunes a non-nullable null) and
+    ``kubectl apply --server-side`` (whose merged object is validated as sent, so a
+    non-nullable null there fails "must be of type object"). The API server's CEL treats a null
+    nullable field as absent, so every rule's ``has()`` guard reads it as unset; fields with a
+    default keep their default instead (a non-nullable null is defaulted on every path).
+    """
+    if isinstance(node, list):
+        for item in node:
+            _nullable_optionals(item)
+        return
+    if not isinstance(node, dict):
+        return
+    required = set(node.get("required", ()))
+    for name, sub in (node.get("properties") or {}).items():
+        if name not in required and isinstance(sub, dict) and "default" not in sub:
+            sub["nullable"] = True
+            if "enum" in sub:
+                # The API server checks an enum even on a nullable null (and a null among the
+                # values does not help), while a CEL rule never sees a null: the values move
+                # into one.
+                values = sub.pop("enum")
+                sub.setdefault("x-kubernetes-validations", []).append(
+                    {
+                        "rule": f"self in {json.dumps(values)}",
+                        "message": "supported values: " + ", ".join(json.dumps(v) for v in values),
+                        "reason": "FieldValueInvalid",
+                    }
+                )
+        _nullable_optionals(sub)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _nullable_optionals(node[key])
+
+
 def _strip_defaults(node: Any) -> Any:
     """Drop ``default`` everywhere: status is written whole by the operator, never defaulted."""
     if isinstance(node, dict):
@@ -199,6 +239,7 @@ def build_crd() -> dict[str, Any]:
     """The CustomResourceDefinition object for DeepSeekServing."""
     spec_schema = _schema_of(DeepSeekServingSpec)
     spec_schema["description"] = DeepSeekServingSpec.__doc__ or ""
+    _nullable_optionals(spec_schema)
     _attach_rules(spec_schema)
     status_schema = _strip_defaults(_schema_of(DeepSeekServingStatus))
     status_schema["description"] = DeepSeekServingStatus.__doc__ or ""
