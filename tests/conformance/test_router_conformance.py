@@ -31,7 +31,9 @@ ROUTER_PYTHON = CACHE / "vllm-router" / VLLM_ROUTER_VERSION / "bin/python"
 
 def _router_python() -> pathlib.Path:
     if not ROUTER_PYTHON.exists():
-        message = f"vllm-router {VLLM_ROUTER_VERSION} is not installed: run hack/install-vllm-router.sh"
+        message = (
+            f"vllm-router {VLLM_ROUTER_VERSION} is not installed: run hack/install-vllm-router.sh"
+        )
         required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
         if required or os.environ.get("DSO_REQUIRE_CLUSTER", "") not in ("", "0"):
             pytest.fail(message)

@@ -44,7 +44,13 @@ def test_router_image_metadata(image: Image) -> None:
     assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["vllm-router"]
     version = image.docker(
-        "run", "--rm", *HARDENED, "--entrypoint", "python", image.router_tag, "-c",
+        "run",
+        "--rm",
+        *HARDENED,
+        "--entrypoint",
+        "python",
+        image.router_tag,
+        "-c",
         "from importlib.metadata import version; print(version('vllm-router'))",
     )
     assert version.stdout.strip() == VLLM_ROUTER_VERSION

@@ -41,7 +41,9 @@ START_TIMEOUT_S = 60
 
 def _router_binary() -> pathlib.Path:
     if not ROUTER.exists():
-        message = f"vllm-router {VLLM_ROUTER_VERSION} is not installed: run hack/install-vllm-router.sh"
+        message = (
+            f"vllm-router {VLLM_ROUTER_VERSION} is not installed: run hack/install-vllm-router.sh"
+        )
         required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
         if required or os.environ.get("DSO_REQUIRE_CLUSTER", "") not in ("", "0"):
             pytest.fail(message)
@@ -85,9 +87,13 @@ def wait_ok(url: str, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
 
 
 @contextlib.contextmanager
-def started(argv: list[str], env: dict[str, str], log: pathlib.Path) -> Iterator[subprocess.Popen[bytes]]:
+def started(
+    argv: list[str], env: dict[str, str], log: pathlib.Path
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         yield proc
     finally:
