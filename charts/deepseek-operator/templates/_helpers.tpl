@@ -43,6 +43,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The vLLM router image the operator runs for a serving without spec.router.image. */}}
+{{- define "deepseek-operator.routerImage" -}}
+{{- if .Values.routerImage.digest -}}
+{{- printf "%s@%s" .Values.routerImage.repository .Values.routerImage.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.routerImage.repository .Values.routerImage.tag -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The operator's ServiceAccount name. */}}
 {{- define "deepseek-operator.serviceAccountName" -}}
 {{- default (include "deepseek-operator.fullname" .) .Values.operator.serviceAccount.name -}}
