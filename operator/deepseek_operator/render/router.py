@@ -147,6 +147,8 @@ def router_pod_template(
         # /readiness: the router has workers to route to; /liveness: the process answers.
         "readinessProbe": _probe("/readiness", 3),
         "livenessProbe": _probe("/liveness", 6),
+        # The root is read-only; a small /tmp for whatever the Python launcher may write.
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -168,6 +170,7 @@ def router_pod_template(
             },
             # No nodeSelector or tolerations of the engines': the router needs no GPU node.
             "containers": [container],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
         },
     }
 
