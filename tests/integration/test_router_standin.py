@@ -226,3 +226,47 @@ def test_the_standin_exposes_vllms_per_engine_gauges(pd_router: dict[str, int]) 
     code, text = http("GET", f"http://{HOST}:{pd_router['prefill']}/metrics")
     assert code == 200
     assert 'vllm:num_requests_running{engine="0",model_name="m"} 0.0' in text
+
+
+VLLM_PULL_SCHEDULER = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py"
+
+
+def _vllm_kv_transfer_keys(release: str) -> set[str]:
+    """The keys of the ``kv_transfer_params`` dict vLLM's pull scheduler returns from
+    ``request_finished``, read from the release's own source (its cached virtualenv)."""
+    import ast
+    import glob
+
+    venv = CACHE / "vllm" / release
+    found = glob.glob(str(venv / "lib/python3*/site-packages" / VLLM_PULL_SCHEDULER))
+    if not found:
+        message = f"vLLM {release} is not installed: run hack/install-vllm.sh --newest"
+        required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+        if required or os.environ.get("DSO_REQUIRE_CLUSTER", "") not in ("", "0"):
+            pytest.fail(message)
+        pytest.skip(message)
+    tree = ast.parse(pathlib.Path(found[0]).read_text())
+    method = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "request_finished"
+    )
+    for node in ast.walk(method):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict":
+            keys = {k.arg for k in node.keywords if k.arg}
+            if "remote_host" in keys:
+                return keys
+    raise AssertionError(f"no kv_transfer_params dict in {found[0]}")
+
+
+def test_the_prefill_answer_has_exactly_the_keys_vllms_pull_scheduler_returns() -> None:
+    import importlib.machinery
+    import importlib.util
+
+    from deepseek_operator.catalog.vllm import newest_release
+
+    loader = importlib.machinery.SourceFileLoader("vllm_standin", str(STANDIN))
+    spec = importlib.util.spec_from_loader("vllm_standin", loader)
+    assert spec is not None
+    standin = importlib.util.module_from_spec(spec)
+    loader.exec_module(standin)
+    params = standin.prefill_params("cmpl-1", 3)
+    assert set(params) == _vllm_kv_transfer_keys(newest_release())
