@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.names import VLLM_ROUTER_VERSION
 from deepseek_operator.render.router import engine_selectors, router_args
 from tests.container.conftest import HARDENED, Image
+
+pytestmark = pytest.mark.container
 
 # vllm-router's own parser and its validation, as its console script runs them before starting.
 PARSE = (
