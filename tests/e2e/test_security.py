@@ -4,7 +4,7 @@
   user: a user allowed to create DeepSeekServings but not pods, not the workload kind, not the
   Secret its env reads or the PVC it mounts is refused with a message naming the missing right;
   once granted each right, the same user is admitted; metadata-only updates are not checked; an
-  image outside ``servingAdmissionPolicy.allowedImagePrefixes`` is refused. Users are real API
+  image (or a router image) outside ``servingAdmissionPolicy.allowedImagePrefixes`` is refused. Users are real API
   server identities (admin impersonation, ``kubectl --as``), authorized by real RBAC.
 * A namespaced install (``operator.watchNamespaces``): the operator, run with the chart's
   arguments and a token of the chart's own ServiceAccount, serves its watched namespace without a
@@ -279,6 +279,14 @@ def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_use
         allowed = copy.deepcopy(doc)
         allowed["spec"]["image"] = "registry.example.com/vllm/vllm-openai:v0.20"
         proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=allowed, check=False)
+        assert proc.returncode == 0, proc.stderr
+        # The router image runs with a pods-read token: held to the same prefixes.
+        router = copy.deepcopy(allowed)
+        router["spec"]["router"] = {"image": "ghcr.io/someone/router:1"}
+        proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=router, check=False)
+        assert proc.returncode != 0 and "spec.router.image: ghcr.io/someone/router:1" in proc.stderr
+        router["spec"]["router"]["image"] = "registry.example.com/vllm/router:0.1.17"
+        proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=router, check=False)
         assert proc.returncode == 0, proc.stderr
     finally:
         remove(cp, docs)
