@@ -305,7 +305,27 @@ def test_agent_policy_can_be_left_out_only_on_purpose(helm: str) -> None:
         d["metadata"]["labels"]["app.kubernetes.io/component"]
         for d in by_kind(docs, "ValidatingAdmissionPolicy")
     ]
-    assert by_kind(docs, "DaemonSet") and policies == ["admission"]
+    # Left: the serving policy and the operator's router-roles policy.
+    assert by_kind(docs, "DaemonSet") and sorted(policies) == ["admission", "operator"]
+
+
+def test_the_router_roles_policy_pins_what_the_operator_sa_writes(helm: str) -> None:
+    docs = render(helm)
+    (policy,) = [
+        d
+        for d in by_kind(docs, "ValidatingAdmissionPolicy")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert "serviceaccount:" in policy["spec"]["matchConditions"][0]["expression"]
+    rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert "object.rules[0].verbs == ['get', 'list', 'watch']" in rules
+    off = render(helm, extra=("--set", "operator.rbac.pinRouterRoles=false"))
+    assert not [
+        d
+        for d in by_kind(off, "ValidatingAdmissionPolicy")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
 
 
 def test_service_monitor_without_service_fails_with_the_fix(helm: str) -> None:
