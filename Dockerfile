@@ -1,6 +1,15 @@
 # One image for the operator (`deepseek-operator run`, the default) and the node agent
 # (`deepseek-operator agent`). Build: docker build -t deepseek-operator:0.1.0 .
 #
+# A second image, target `router`, runs vLLM's router (vllm-router from PyPI, pinned with its
+# dependencies in router-requirements.txt) in front of a serving's engines:
+#   docker build --target router -t deepseek-operator-router:0.1.17 .
+# A second image rather than a second entrypoint of this one: the router runs in every serving's
+# namespace with a pods-read token, so it carries vllm-router alone (no operator code, no
+# Kubernetes client), and the two images version apart (the tag is the vllm-router release).
+# Its stages come first so that a build without --target still gives the operator image (the last
+# stage); the classic builder builds them too, from the same wheelhouse.
+#
 # The install step is CI's (Makefile `venv`): pip with `-c constraints.txt`, so the image runs the
 # exact dependency versions the tests ran. constraints.txt also pins dev tools (pytest, ruff, mypy),
 # but a constraints file only pins what is installed anyway; installing `.` (no extras) pulls in the
@@ -15,6 +24,37 @@
 # No `# syntax=` line: it would make BuildKit pull a frontend image from Docker Hub, so the build
 # could not run offline; nothing here needs more than the built-in frontend.
 ARG BASE_IMAGE=python:3.11.7-slim-bookworm
+
+FROM ${BASE_IMAGE} AS router-build
+ARG PIP_INDEX_URL
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY router-requirements.txt ./
+# vllm-router's wheel is manylinux_2_28 x86_64 abi3 (a Rust core): bookworm's glibc 2.36 runs it.
+RUN python -m venv /opt/router \
+    && /opt/router/bin/pip install --quiet --no-deps -r router-requirements.txt \
+    && /opt/router/bin/vllm-router --help >/dev/null
+
+FROM ${BASE_IMAGE} AS router
+LABEL org.opencontainers.image.title="deepseek-operator-router" \
+      org.opencontainers.image.description="vLLM's router (vllm-router) in front of a DeepSeekServing" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --gid 65532 deepseek \
+    && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin deepseek
+COPY --from=router-build /opt/router /opt/router
+ENV PATH=/opt/router/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# Numeric, so `runAsNonRoot: true` can verify it; the pod runs it with a read-only root.
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8000
+ENTRYPOINT ["vllm-router"]
+CMD ["--help"]
 
 FROM ${BASE_IMAGE} AS build
 # Where pip finds packages, for mirrors and offline builds (hack/build-image.sh serves a wheelhouse

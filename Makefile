@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Where the Go-built binaries and the vLLM virtualenvs are cached (the hack scripts and tests read it too).
 DSO_CACHE ?= $(HOME)/.cache/deepseek-operator
 
-.PHONY: help venv generate verify docs lint typecheck test test-unit image test-container kind-node test-kind corpus cluster-bins vllm-venvs vllm-newest vllm-catalog conformance bench bench-operator demo clean
+.PHONY: help venv generate verify docs lint typecheck test test-unit image test-container kind-node test-kind corpus cluster-bins vllm-venvs vllm-newest vllm-router-venv vllm-catalog conformance bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -46,9 +46,13 @@ vllm-venvs: ## install every supported vLLM release into cached virtualenvs (~/.
 vllm-newest: ## install only the newest supported vLLM release (what `make test` checks)
 	hack/install-vllm.sh --newest
 
-conformance: venv vllm-venvs ## every supported vLLM release's own code against our engine and renderer, P/D pairs and their NIXL hash included (tables per release; non-zero on any mismatch)
+vllm-router-venv: ## install the pinned vllm-router (router-requirements.txt) into a cached virtualenv (~/.cache/deepseek-operator/vllm-router)
+	hack/install-vllm-router.sh
+
+conformance: venv vllm-venvs vllm-router-venv ## every supported vLLM release's own code against our engine and renderer, P/D pairs and their NIXL hash included (tables per release; non-zero on any mismatch)
 	$(BIN)/python -m conformance.harness
 	$(BIN)/python -m conformance.pd_harness
+	$(BIN)/pytest -q tests/conformance/test_router_conformance.py
 
 vllm-catalog: vllm-venvs ## re-export catalog/vllm/<release>.json from each installed release
 	@for v in $$(. hack/versions.env && echo $$VLLM_RELEASES); do \
@@ -74,7 +78,7 @@ CORPUS ?= /tmp/deepseek-operator-corpus
 corpus: venv ## capture `render` over examples, fixtures and generated variants into $(CORPUS) (diff -r two captures; ~10 min)
 	$(BIN)/python -m hack.render_corpus capture $(CORPUS)
 
-test: venv cluster-bins vllm-newest image kind-node lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, the built image and the kind tier
+test: venv cluster-bins vllm-newest vllm-router-venv image kind-node lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, the built image and the kind tier
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)

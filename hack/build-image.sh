@@ -11,20 +11,24 @@
 #      none of them) for the base image's Python and C library, cached under the cache dir.
 #   4. `docker build` of the Dockerfile with --build-arg BASE_IMAGE=<the local base>, its pip
 #      pointed (PIP_NO_INDEX / PIP_FIND_LINKS build args) at the wheelhouse, served for the
-#      duration of the build on 127.0.0.1 (the build runs with --network host to reach it).
+#      duration of the build on 127.0.0.1 (the build runs with --network host to reach it):
+#      the operator image (target runtime), then the router image (target router: vllm-router
+#      and its pins from router-requirements.txt, which the wheelhouse holds too).
 #
 # Cache: ${DSO_CACHE:-$HOME/.cache/deepseek-operator}/image/ (wheelhouse, logs) and the Docker
 # daemon's own data root. Nothing is written into the repository.
 #
 # Environment:
 #   DSO_IMAGE        tag to build (default deepseek-operator:local)
+#   DSO_ROUTER_IMAGE tag of the router image (default deepseek-operator-router:local)
 #   DSO_BASE_SUITE   Debian suite of the base image: bookworm (default, Python 3.11) or trixie
 #                    (Python 3.13); both meet the project's requires-python >= 3.11
 #   DSO_DEBIAN_MIRROR  Debian mirror for debootstrap (default http://deb.debian.org/debian)
 #   PYTHON           host Python with pip, for the wheelhouse (default .venv/bin/python, else python3)
 #   DSO_WHEEL_PORT   127.0.0.1 port the wheelhouse is served on during the build (default 38417)
 #
-# Usage: hack/build-image.sh   Prints `DOCKER_HOST=<value> IMAGE=<tag> BASE=<tag>` on its last line.
+# Usage: hack/build-image.sh   Prints `DOCKER_HOST=<value> IMAGE=<tag> BASE=<tag> ROUTER_IMAGE=<tag>`
+# on its last line.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +36,7 @@ ROOT="$(cd "${HERE}/.." && pwd)"
 CACHE="${DSO_CACHE:-${HOME}/.cache/deepseek-operator}"
 WORK="${CACHE}/image"
 IMAGE="${DSO_IMAGE:-deepseek-operator:local}"
+ROUTER_IMAGE="${DSO_ROUTER_IMAGE:-deepseek-operator-router:local}"
 SUITE="${DSO_BASE_SUITE:-bookworm}"
 MIRROR="${DSO_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # The project's venv has pip for sure (Debian's python3 may lack it); python3 otherwise.
@@ -112,7 +117,7 @@ print(*doc["project"]["dependencies"], *doc["build-system"]["requires"], sep="\n
 EOF
 )
 WHEELS="${WORK}/wheels-cp${PYVER/./}"
-stamp="$(cat "${ROOT}/constraints.txt" "${ROOT}/pyproject.toml" | sha256sum | cut -c1-16) ${ARCH} glibc${GLIBC}"
+stamp="$(cat "${ROOT}/constraints.txt" "${ROOT}/pyproject.toml" "${ROOT}/router-requirements.txt" | sha256sum | cut -c1-16) ${ARCH} glibc${GLIBC}"
 if [[ -f "${WHEELS}/.stamp" && "$(cat "${WHEELS}/.stamp")" == "${stamp}" ]]; then
   log "wheelhouse ${WHEELS}: up to date"
 else
@@ -123,6 +128,10 @@ else
   "${PYTHON}" -m pip download --quiet --disable-pip-version-check --dest "${WHEELS}" \
     --only-binary=:all: --python-version "${PYVER}" --implementation cp "${platforms[@]}" \
     -c "${ROOT}/constraints.txt" "${reqs[@]}"
+  # The router image's pins (their own set: vllm-router's dependencies are not the operator's).
+  "${PYTHON}" -m pip download --quiet --disable-pip-version-check --dest "${WHEELS}" \
+    --only-binary=:all: --python-version "${PYVER}" --implementation cp "${platforms[@]}" \
+    --no-deps -r "${ROOT}/router-requirements.txt"
   echo "${stamp}" >"${WHEELS}/.stamp"
   log "wheelhouse: $(find "${WHEELS}" -name '*.whl' | wc -l) wheels in $((SECONDS - t0)) s"
 fi
@@ -147,7 +156,7 @@ done
 t0=${SECONDS}
 old_id="$(docker image inspect --format '{{.Id}}' "${IMAGE}" 2>/dev/null || true)"
 log "docker build -t ${IMAGE} (base ${BASE})"
-docker build --network host --tag "${IMAGE}" \
+docker build --network host --tag "${IMAGE}" --target runtime \
   --build-arg "BASE_IMAGE=${BASE}" \
   --build-arg PIP_NO_INDEX=1 \
   --build-arg "PIP_FIND_LINKS=http://127.0.0.1:${port}/" \
@@ -159,4 +168,19 @@ if [[ -n "${old_id}" && "${old_id}" != "$(docker image inspect --format '{{.Id}}
   docker rmi "${old_id}" >/dev/null 2>&1 || true
 fi
 log "image ${IMAGE}: built in $((SECONDS - t0)) s ($(docker image inspect --format '{{.Size}}' "${IMAGE}" | awk '{printf "%.0f MB", $1/1e6}')); total $((SECONDS - T_ALL)) s"
-echo "DOCKER_HOST=${DOCKER_HOST:-} IMAGE=${IMAGE} BASE=${BASE}"
+# The router image, from the same Dockerfile and wheelhouse (its stages are cached by now: the
+# classic builder built them on the way to the runtime stage).
+t0=${SECONDS}
+old_router="$(docker image inspect --format '{{.Id}}' "${ROUTER_IMAGE}" 2>/dev/null || true)"
+log "docker build --target router -t ${ROUTER_IMAGE}"
+docker build --network host --tag "${ROUTER_IMAGE}" --target router \
+  --build-arg "BASE_IMAGE=${BASE}" \
+  --build-arg PIP_NO_INDEX=1 \
+  --build-arg "PIP_FIND_LINKS=http://127.0.0.1:${port}/" \
+  "${ROOT}" >"${WORK}/docker-build-router.log" 2>&1 \
+  || { tail -n 40 "${WORK}/docker-build-router.log" >&2; exit 1; }
+if [[ -n "${old_router}" && "${old_router}" != "$(docker image inspect --format '{{.Id}}' "${ROUTER_IMAGE}")" ]]; then
+  docker rmi "${old_router}" >/dev/null 2>&1 || true
+fi
+log "image ${ROUTER_IMAGE}: built in $((SECONDS - t0)) s ($(docker image inspect --format '{{.Size}}' "${ROUTER_IMAGE}" | awk '{printf "%.0f MB", $1/1e6}'))"
+echo "DOCKER_HOST=${DOCKER_HOST:-} IMAGE=${IMAGE} BASE=${BASE} ROUTER_IMAGE=${ROUTER_IMAGE}"

@@ -81,6 +81,25 @@ UCX_MNNVL_ENV = "UCX_CUDA_IPC_ENABLE_MNNVL"
 UCX_TLS = "cuda_ipc,rc,cuda_copy"
 """UCX transports for KV transfer: rc (RDMA) must be there, or NIXL falls back to TCP."""
 
+# --- the vLLM router (vllm-router, PyPI) in front of a serving ---------------------------------
+
+VLLM_ROUTER_VERSION = "0.1.17"
+"""The vllm-router release the operator renders flags for and its router image installs."""
+ROUTER_APP_NAME = "deepseek-router"
+"""``app.kubernetes.io/name`` of the router pods (never the serving pods' name: no selector of
+the engines' Services, NetworkPolicies or the router's own discovery can match a router pod)."""
+ROUTER_COMPONENT = "router"
+"""``app.kubernetes.io/component`` of the router's children."""
+DEFAULT_ROUTER_IMAGE = f"{PROJECT}-router:{VLLM_ROUTER_VERSION}"
+"""The router image when neither spec.router.image nor the operator's --router-image says one."""
+ROUTER_USER = 65532
+"""The numeric non-root user and group of the router image (the Dockerfile's ``deepseek``)."""
+REASON_ROUTER_NOT_READY = "RouterNotReady"
+"""Ready is False: every engine is ready but the router (the one endpoint) is not."""
+REASON_PAIR_CANNOT_SERVE = "PairCannotServe"
+"""Ready is False: one role of a disaggregated serving has 0 replicas beside one with replicas,
+so no request can complete (a prefill needs a decode to hand its KV cache to, and back)."""
+
 # --- LeaderWorkerSet (sigs.k8s.io/lws) and NVIDIA's ComputeDomain (DRA driver for GPUs) ---------
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"

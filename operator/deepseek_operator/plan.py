@@ -17,7 +17,13 @@ from pydantic import ValidationError
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.roles import ROLE_KINDS
-from deepseek_operator.api.status import Condition, DeepSeekServingStatus, GroupStatus, RoleStatus
+from deepseek_operator.api.status import (
+    Condition,
+    DeepSeekServingStatus,
+    GroupStatus,
+    RoleStatus,
+    RouterStatus,
+)
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.disaggregated import RoleDecision, apart, resolve_roles
@@ -35,6 +41,13 @@ from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.render.kv_transfer import inference_pool, with_template_hash
 from deepseek_operator.render.metadata import child_metadata as render_service_metadata
 from deepseek_operator.render.role_status import disaggregated_status, held_pair, role_status
+from deepseek_operator.render.router import (
+    engine_policy,
+    render_router,
+    router_name,
+    router_policy,
+    with_router,
+)
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
 from deepseek_operator.render.workload import render_objects
 
@@ -247,7 +260,53 @@ def plan(
         workload_size=size,
         groups=group_statuses(res, inventory, observed.groups) if res.pods_per_replica > 1 else (),
     )
-    return Plan(resolution=res, objects=render_objects(serving, res, size.replicas), status=status)
+    objects, status = _routing(
+        serving,
+        [(serving, res)],
+        render_objects(serving, res, size.replicas),
+        status,
+        observed,
+        now,
+        apis,
+    )
+    return Plan(resolution=res, objects=objects, status=status)
+
+
+def _routing(
+    serving: ServingObject,
+    workloads: list[tuple[ServingObject, Resolution]],
+    objects: list[dict[str, Any]],
+    status: DeepSeekServingStatus,
+    observed: Observed,
+    now: str,
+    apis: ClusterApis | None,
+) -> tuple[list[dict[str, Any]], DeepSeekServingStatus]:
+    """The router's children and the engines' NetworkPolicies added to ``objects`` (the
+    workloads' ``(object, resolution)``), and the endpoint, router and Ready in ``status``.
+
+    Nothing is added where no workload is rendered. The NetworkPolicies come first, so no
+    engine pod starts unfenced; the router's Service replaces the engines' ``<name>-api``.
+    """
+    spec = serving.spec
+    image = spec.router.image or (apis or ClusterApis()).router_image
+    if objects:
+        policies = [p for w, r in workloads if (p := engine_policy(serving, w, r))]
+        if spec.router_active:
+            multi_pod = any(r.pods_per_replica > 1 for _, r in workloads)
+            endpoint = router_name(serving)
+            objects = [
+                o for o in objects if (o["kind"], o["metadata"]["name"]) != ("Service", endpoint)
+            ]
+            objects += render_router(serving, multi_pod, image)
+            policies.append(router_policy(serving))
+        objects = policies + objects
+    router = None
+    if spec.router_active:
+        live = observed.children.get(("Deployment", router_name(serving))) or {}
+        ready = int((live.get("status") or {}).get("readyReplicas") or 0) if observed.live else 0
+        router = RouterStatus(replicas=spec.router.replicas, ready_replicas=ready, image=image)
+    status = with_router(status, serving, router, now=now, previous=observed.conditions)
+    return objects, status
 
 
 def _plan_roles(
@@ -330,6 +389,8 @@ def _plan_roles(
     status = disaggregated_status(
         statuses, generation=serving.generation, now=now, previous_conditions=observed.conditions
     )
+    workloads = [(serving.for_role(d.role), d.resolution) for d in decided]
+    objects, status = _routing(serving, workloads, objects, status, observed, now, apis)
     return Plan(
         resolution=speaker.resolution,
         objects=[] if held else objects,

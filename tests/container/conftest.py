@@ -31,6 +31,7 @@ class Image:
     tag: str
     base: str
     docker_host: str
+    router_tag: str = ""  # the router image (Dockerfile target router), built beside it
 
     def env(self) -> dict[str, str]:
         """The environment for the ``docker`` CLI to reach this engine."""
@@ -107,4 +108,9 @@ def image() -> Image:
             f"hack/build-image.sh exited {out.returncode}:\n{out.stderr[-5000:]}", pytrace=False
         )
     fields = parse_last_line(out.stdout.strip().splitlines()[-1])
-    return Image(tag=fields["IMAGE"], base=fields["BASE"], docker_host=fields["DOCKER_HOST"])
+    return Image(
+        tag=fields["IMAGE"],
+        base=fields["BASE"],
+        docker_host=fields["DOCKER_HOST"],
+        router_tag=fields["ROUTER_IMAGE"],
+    )

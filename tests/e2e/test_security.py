@@ -4,12 +4,14 @@
   user: a user allowed to create DeepSeekServings but not pods, not the workload kind, not the
   Secret its env reads or the PVC it mounts is refused with a message naming the missing right;
   once granted each right, the same user is admitted; metadata-only updates are not checked; an
-  image outside ``servingAdmissionPolicy.allowedImagePrefixes`` is refused. Users are real API
+  image (or a router image) outside ``servingAdmissionPolicy.allowedImagePrefixes`` is refused. Users are real API
   server identities (admin impersonation, ``kubectl --as``), authorized by real RBAC.
 * A namespaced install (``operator.watchNamespaces``): the operator, run with the chart's
   arguments and a token of the chart's own ServiceAccount, serves its watched namespace without a
   single refusal, and that ServiceAccount can write no Deployment, LeaderWorkerSet or Service in
-  ``kube-system`` (nor in any other namespace).
+  ``kube-system`` (nor in any other namespace). It writes a serving's router objects (a Role
+  granting pods get/list/watch among them) on the chart's rights, holding no ``escalate`` or
+  ``bind``: a Role granting more than it holds is refused by the escalation check.
 """
 
 from __future__ import annotations
@@ -278,6 +280,14 @@ def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_use
         allowed["spec"]["image"] = "registry.example.com/vllm/vllm-openai:v0.20"
         proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=allowed, check=False)
         assert proc.returncode == 0, proc.stderr
+        # The router image runs with a pods-read token: held to the same prefixes.
+        router = copy.deepcopy(allowed)
+        router["spec"]["router"] = {"image": "ghcr.io/someone/router:1"}
+        proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=router, check=False)
+        assert proc.returncode != 0 and "spec.router.image: ghcr.io/someone/router:1" in proc.stderr
+        router["spec"]["router"]["image"] = "registry.example.com/vllm/router:0.1.17"
+        proc = cp.kubectl("create", "--dry-run=server", "-f", "-", input=router, check=False)
+        assert proc.returncode == 0, proc.stderr
     finally:
         remove(cp, docs)
 
@@ -344,10 +354,19 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
             assert not can(verb, resource, "-n", "kube-system")
             assert not can(verb, resource, "-n", "default")
         assert can("list", "nodes") and not can("patch", "nodes")
-        # Pods: read in the served namespace only (status.groups), never written or fetched.
+        # Pods: read in the served namespace only (status.groups; `get` is held because the
+        # router's Role grants it, and the API server lets a subject grant only what it holds).
         assert can("watch", "pods", "-n", served) and can("list", "pods", "-n", served)
+        assert can("get", "pods", "-n", served)
         assert not can("list", "pods", "-n", "kube-system")
-        assert not can("create", "pods", "-n", served) and not can("get", "pods", "-n", served)
+        assert not can("create", "pods", "-n", served) and not can("delete", "pods", "-n", served)
+        # The router's objects: written in the served namespace only; no escalate, no bind.
+        for resource in ("roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io",
+                         "serviceaccounts", "networkpolicies.networking.k8s.io"):  # fmt: skip
+            assert can("create", resource, "-n", served) and can("patch", resource, "-n", served)
+            assert not can("create", resource, "-n", "kube-system")
+        assert not can("escalate", "roles.rbac.authorization.k8s.io", "-n", served)
+        assert not can("bind", "roles.rbac.authorization.k8s.io", "-n", served)
         assert not can("list", "deployments.apps", "--all-namespaces")
         # ResourceClaims: listed and watched in every namespace (a claim anywhere holds a
         # device), never fetched alone or written.
@@ -376,11 +395,30 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
         )
         assert denied.returncode != 0 and "forbidden" in denied.stderr.lower(), denied
 
+        # The escalation check: a Role with the router's rights passes, one with more does not.
+        def role_as_operator(verbs: list[str]) -> subprocess.CompletedProcess[str]:
+            role = {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "dso-probe", "namespace": served},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}],
+            }
+            return subprocess.run(
+                [str(cp.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", "create",
+                 "--dry-run=server", "-f", "-"],
+                input=json.dumps(role), capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+
+        assert role_as_operator(["get", "list", "watch"]).returncode == 0
+        wider = role_as_operator(["get", "list", "watch", "delete"])
+        assert wider.returncode != 0 and "not currently held" in wider.stderr, wider
+
         # The operator on exactly these rights serves the watched namespace, never refused.
         node_factory(gb200(f"{served[:50]}-gb0", served))
         op = OperatorProcess(cp, tmp_path, kubeconfig=kubeconfig, extra=args[1:]).start()
         try:
-            cp.apply(serving(served, nodeSelector={"pool": served}))
+            # With the router: its ServiceAccount, Role, RoleBinding and NetworkPolicies too.
+            cp.apply(serving(served, nodeSelector={"pool": served}, router={"enabled": True}))
 
             wait_condition(cp, served, "BackendResolved", "True", timeout=120)
             wait_for(
@@ -390,6 +428,14 @@ def test_a_namespaced_install_serves_its_namespace_and_cannot_write_in_kube_syst
                 ),
                 timeout=60,
                 what="the Deployment in the watched namespace",
+            )
+            wait_for(
+                lambda: all(
+                    cp.kubectl("get", kind, "dsv41-api", "-n", served, check=False).returncode == 0
+                    for kind in ("serviceaccount", "role", "rolebinding", "networkpolicy")
+                ),
+                timeout=60,
+                what="the router's ServiceAccount, Role, RoleBinding and NetworkPolicy",
             )
             log = op.log_path.read_text(errors="replace")
             refused = rbac_refusals(log.splitlines())

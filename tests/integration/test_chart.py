@@ -150,6 +150,14 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
     metrics_port = config.get("metrics", {}).get("port", 9090)
     assert f"--metrics-port={metrics_port}" in args and "--health-port=8080" in args
     assert [a.split("=", 1)[1] for a in args if a.startswith("--namespace=")] == watch
+    # The router image of servings without spec.router.image: the chart's routerImage.
+    router_image = config.get("routerImage", {})
+    expected = router_image.get("repository", "deepseek-operator-router") + (
+        f"@{router_image['digest']}"
+        if router_image.get("digest")
+        else f":{router_image.get('tag', '0.1.17')}"
+    )
+    assert f"--router-image={expected}" in args
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": metrics_port}
     for probe in ("livenessProbe", "readinessProbe"):
@@ -214,7 +222,12 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
             assert "*" not in rule[key] and not any("*" in item for item in rule[key]), rule
         assert "secrets" not in rule["resources"]
         if "pods" in rule["resources"]:  # status.groups: read our LWS pods, never write one
-            assert rule["resources"] == ["pods"] and set(rule["verbs"]) == {"list", "watch"}
+            # get: held (never called) so the operator may write the router's pods-read Role.
+            assert rule["resources"] == ["pods"] and set(rule["verbs"]) == {"get", "list", "watch"}
+        if "roles" in rule["resources"] or "rolebindings" in rule["resources"]:
+            # The router's Role and binding: never escalate or bind (the operator holds the
+            # rights it grants instead).
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
         if "nodes" in rule["resources"] or "resourceslices" in rule["resources"]:
             assert set(rule["verbs"]) == {"get", "list", "watch"}
         if "resourceclaims" in rule["resources"]:  # free DRA devices: read claims, never write
@@ -292,7 +305,27 @@ def test_agent_policy_can_be_left_out_only_on_purpose(helm: str) -> None:
         d["metadata"]["labels"]["app.kubernetes.io/component"]
         for d in by_kind(docs, "ValidatingAdmissionPolicy")
     ]
-    assert by_kind(docs, "DaemonSet") and policies == ["admission"]
+    # Left: the serving policy and the operator's router-roles policy.
+    assert by_kind(docs, "DaemonSet") and sorted(policies) == ["admission", "operator"]
+
+
+def test_the_router_roles_policy_pins_what_the_operator_sa_writes(helm: str) -> None:
+    docs = render(helm)
+    (policy,) = [
+        d
+        for d in by_kind(docs, "ValidatingAdmissionPolicy")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert "serviceaccount:" in policy["spec"]["matchConditions"][0]["expression"]
+    rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert "object.rules[0].verbs == ['get', 'list', 'watch']" in rules
+    off = render(helm, extra=("--set", "operator.rbac.pinRouterRoles=false"))
+    assert not [
+        d
+        for d in by_kind(off, "ValidatingAdmissionPolicy")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    ]
 
 
 def test_service_monitor_without_service_fails_with_the_fix(helm: str) -> None:
@@ -324,6 +357,15 @@ def test_image_allowlist_is_a_validation_only_when_set(helm: str) -> None:
     assert image_rules() == []
     (rule,) = image_rules("--set", "servingAdmissionPolicy.allowedImagePrefixes={r.example.com/}")
     assert '["r.example.com/"]' in rule
+    # The router image (it runs with a pods-read token) is held to the same prefixes.
+    docs = render(
+        helm, extra=("--set", "servingAdmissionPolicy.allowedImagePrefixes={r.example.com/}")
+    )
+    policy = one(docs, "ValidatingAdmissionPolicy", "admission")
+    (router,) = [
+        v["expression"] for v in policy["spec"]["validations"] if "router.image" in v["expression"]
+    ]
+    assert '["r.example.com/"]' in router
     docs = render(helm, extra=("--set", "servingAdmissionPolicy.enabled=false"))
     assert not [
         d

@@ -218,3 +218,14 @@ def test_a_reduced_child_keeps_what_the_reconciler_reads_and_judges_drift_alike(
     edited["metadata"]["labels"] = {}
     assert actions.drifted(reduced_child(edited), manifest)
     assert sys.getsizeof(small[actions.PACKED_BODY]) < len(str(live)) + 100
+
+
+def test_a_status_field_the_plan_no_longer_holds_is_patched_away() -> None:
+    # A merge patch keeps what it does not name: status.endpoint and status.router of a router
+    # turned off are named null, or they would stay in the live status forever.
+    old = {"observedGeneration": 1, "endpoint": {"service": "a-api"}, "router": {"replicas": 1}}
+    new = {"observedGeneration": 2}
+    writes = write_actions([], {}, {}, new, old, owner_name="a")
+    patch = writes.actions[0]
+    assert isinstance(patch, PatchStatus)
+    assert patch.status == {"observedGeneration": 2, "endpoint": None, "router": None}

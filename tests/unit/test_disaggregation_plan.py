@@ -66,10 +66,19 @@ def _container(template: dict[str, Any]) -> dict[str, Any]:
 def test_each_role_gets_a_workload_and_a_service_named_after_it() -> None:
     p = _plan(_raw())
     assert [(o["kind"], o["metadata"]["name"]) for o in p.objects] == [
+        # The fence first (no engine pod starts unfenced), the pools, then the router.
+        ("NetworkPolicy", "dsv41-pd-prefill-engines"),
+        ("NetworkPolicy", "dsv41-pd-decode-engines"),
+        ("NetworkPolicy", "dsv41-pd-api"),
         ("Deployment", "dsv41-pd-prefill"),
         ("Service", "dsv41-pd-prefill-api"),
         ("Deployment", "dsv41-pd-decode"),
         ("Service", "dsv41-pd-decode-api"),
+        ("ServiceAccount", "dsv41-pd-api"),
+        ("Role", "dsv41-pd-api"),
+        ("RoleBinding", "dsv41-pd-api"),
+        ("Deployment", "dsv41-pd-api"),
+        ("Service", "dsv41-pd-api"),
     ]
     for role in ("prefill", "decode"):
         deployment = _workload(p, role)

@@ -68,10 +68,18 @@ def test_both_pools_are_written_and_each_role_reports_its_decision() -> None:
     rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append((r, m)))  # type: ignore[arg-type]
     _run(rec, _body(), {})
     assert sorted(c[1] for c in kube.calls if c[0] == "apply") == [
+        "Deployment/pd-api",  # the router
         "Deployment/pd-decode",
         "Deployment/pd-prefill",
+        "NetworkPolicy/pd-api",
+        "NetworkPolicy/pd-decode-engines",
+        "NetworkPolicy/pd-prefill-engines",
+        "Role/pd-api",
+        "RoleBinding/pd-api",
+        "Service/pd-api",
         "Service/pd-decode-api",
         "Service/pd-prefill-api",
+        "ServiceAccount/pd-api",
     ]
     status = kube.statuses[-1]
     assert [r["role"] for r in status["roles"]] == ["prefill", "decode"]

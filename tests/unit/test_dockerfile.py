@@ -58,6 +58,14 @@ def stages() -> list[list[tuple[str, str]]]:
     return out
 
 
+def stage(name: str) -> list[tuple[str, str]]:
+    """The instructions of the stage ``FROM ... AS name``."""
+    for one in stages():
+        if one[0][1].split()[-1] == name:
+            return one
+    raise AssertionError(f"no stage {name}")
+
+
 def test_parser_joins_continuations_and_skips_comments() -> None:
     parsed = parse_dockerfile("# c\nFROM a:1.2.3 AS b\nRUN x \\\n  # inner\n  && y\nUSER 1\n")
     assert parsed == [("FROM", "a:1.2.3 AS b"), ("RUN", "x && y"), ("USER", "1")]
@@ -181,14 +189,14 @@ def test_ci_installs_through_the_makefile() -> None:
 
 def test_image_installs_like_ci() -> None:
     ci_constraints, ci_specs = _makefile_install()
-    image = [_pip_install(a) for k, a in stages()[0] if k == "RUN"]
+    image = [_pip_install(a) for k, a in stage("build") if k == "RUN"]
     image = [i for i in image if i[1]]
     assert len(image) == 1, "exactly one pip install of the project in the build stage"
     constraints, specs = image[0]
     assert constraints == ci_constraints == "constraints.txt"
     # CI installs the project root with its dev extra (editable); the image the same root, no extras.
     assert [re.sub(r"\[.*\]$", "", s) for s in ci_specs] == ["."] and specs == ["."]
-    copied = " ".join(a for k, a in stages()[0] if k == "COPY")
+    copied = " ".join(a for k, a in stage("build") if k == "COPY")
     for needed in ("pyproject.toml", "constraints.txt", "operator/"):
         assert needed in copied
 
@@ -213,3 +221,22 @@ def test_every_runtime_dependency_is_pinned_in_the_constraints_file() -> None:
     for dep in project["dependencies"]:
         name = re.match(r"[A-Za-z0-9_.\-]+", dep)
         assert name and _norm(name.group(0)) in pins, f"{dep} is not pinned in constraints.txt"
+
+
+def test_router_image_installs_the_pinned_router_alone() -> None:
+    # The router image: vllm-router and its pinned dependencies (--no-deps: nothing unpinned),
+    # a numeric non-root user, vllm-router as entrypoint; its pin is the release the operator
+    # renders flags for.
+    from deepseek_operator.names import VLLM_ROUTER_VERSION
+
+    build = " ".join(a for k, a in stage("router-build") if k == "RUN")
+    assert "--no-deps -r router-requirements.txt" in build
+    pins = (ROOT / "router-requirements.txt").read_text().splitlines()
+    assert f"vllm-router=={VLLM_ROUTER_VERSION}" in pins
+    assert all("==" in p for p in pins if p and not p.startswith("#")), "every line pinned"
+    final = dict(stage("router"))
+    assert json.loads(final["ENTRYPOINT"]) == ["vllm-router"]
+    assert final["USER"].split(":")[0] == "65532"
+    assert "!router-requirements.txt" in (ROOT / ".dockerignore").read_text().splitlines()
+    # The last stage is still the operator's: `docker build .` without --target builds it.
+    assert stages()[-1] == stage("runtime")

@@ -43,6 +43,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The vLLM router image the operator runs for a serving without spec.router.image. */}}
+{{- define "deepseek-operator.routerImage" -}}
+{{- if .Values.routerImage.digest -}}
+{{- printf "%s@%s" .Values.routerImage.repository .Values.routerImage.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.routerImage.repository .Values.routerImage.tag -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The operator's ServiceAccount name. */}}
 {{- define "deepseek-operator.serviceAccountName" -}}
 {{- default (include "deepseek-operator.fullname" .) .Values.operator.serviceAccount.name -}}
@@ -113,11 +122,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Read-only: our LeaderWorkerSet pods (label-selected LIST + WATCH, never a single GET), for the
-# clique and readiness of each group in status.groups. No pod is ever created or changed.
+# Read-only: our LeaderWorkerSet pods (label-selected LIST + WATCH), for the clique and
+# readiness of each group in status.groups. No pod is ever created or changed. `get` is never
+# called by the operator: it is there because each serving's router Role grants pods
+# get/list/watch, and the API server lets a subject write a Role only with the rights it grants
+# (RBAC escalation check). Holding these three read verbs is narrower than the `escalate` verb.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
+# The vLLM router of each serving: its ServiceAccount, a Role granting it pods get/list/watch in
+# the serving's namespace (discovery of the engines), the RoleBinding, and the NetworkPolicies
+# fencing the engines (NIXL side channel and HTTP port). No `bind` or `escalate`: the operator
+# holds every right the Role grants, which is what the API server checks instead.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events on DeepSeekServings: kopf.event() POSTs core/v1 Events (never events.k8s.io, never
 # patches them); list reads a StatefulSet's FailedCreate Events (the pod refusal's text).
 - apiGroups: [""]

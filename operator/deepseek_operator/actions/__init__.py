@@ -182,7 +182,10 @@ def write_actions(
                 writes.append(Delete(str(child_body.get("apiVersion") or ""), kind, child))
     first: list[Action] = []
     if status != old_status:
-        first.append(PatchStatus(status))
+        # A merge patch keeps every field it does not name: one the plan no longer holds
+        # (status.endpoint once the router is off) goes only when named null.
+        dropped = {k: None for k in old_status if k not in status}
+        first.append(PatchStatus({**status, **dropped}))
     elif writes:
         first.append(CheckOwner())
     return Writes(first + writes, foreign, lws_written, status_only)

@@ -57,6 +57,18 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.decision.reason",
         "description": "Why the backend was chosen",
     },
+    {
+        "name": "Router",
+        "type": "integer",
+        "jsonPath": ".status.router.readyReplicas",
+        "description": "vLLM router pods ready (empty when no router runs)",
+    },
+    {
+        "name": "Endpoint",
+        "type": "string",
+        "jsonPath": ".status.endpoint.url",
+        "description": "The one OpenAI-compatible endpoint (the Service <name>-api)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     # A disaggregated serving's backends per role (kubectl get -o wide; empty when aggregated).
     *(

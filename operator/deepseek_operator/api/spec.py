@@ -23,6 +23,7 @@ from deepseek_operator.api.core_v1 import (
 from deepseek_operator.api.core_v1_env import EnvVar
 from deepseek_operator.api.limits import MAX_REPLICAS
 from deepseek_operator.api.roles import DisaggregationSpec
+from deepseek_operator.api.router import RouterSpec
 from deepseek_operator.api.sections import (
     ApiModel,
     CapacitySpec,
@@ -123,6 +124,14 @@ class DeepSeekServingSpec(ApiModel):
 
     disaggregation: DisaggregationSpec | None = None
     """Prefill/decode disaggregation: a prefill and a decode pool joined by a KV connector. Unset: one aggregated pool. When set, replicas, moeBackend, parallelism, resources and the per-role engine flags are set per role and must stay unset here."""
+
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    """The vLLM router in front of the engines: one OpenAI-compatible endpoint (the Service <name>-api), on by default for a disaggregated serving, opt-in for an aggregated one; NetworkPolicies admit only the router (and engineAccessFrom) to the engines' HTTP port."""
+
+    @property
+    def router_active(self) -> bool:
+        """Whether the operator runs the router for this spec (its layout's default applied)."""
+        return self.router.active(self.disaggregation is not None)
 
     @property
     def moe_backend(self) -> str:

@@ -160,6 +160,35 @@ class CapacityStatus(ApiModel):
     """The context length the figures are for (engine.maxModelLen or the model's)."""
 
 
+class EndpointStatus(ApiModel):
+    """The serving's one OpenAI-compatible endpoint: its Service."""
+
+    service: str
+    """Name of the Service (<name>-api), in the serving's namespace."""
+
+    host: str
+    """Its cluster DNS name, <service>.<namespace>.svc."""
+
+    port: int
+    """Its port (spec.port)."""
+
+    url: str
+    """http://<host>:<port>: append /v1/chat/completions, /v1/completions or /v1/models."""
+
+
+class RouterStatus(ApiModel):
+    """The vLLM router's Deployment as the cluster shows it."""
+
+    replicas: int = 0
+    """Router pods asked for (spec.router.replicas)."""
+
+    ready_replicas: int = 0
+    """Router pods ready (they have engines to route to)."""
+
+    image: str = ""
+    """The router image running (spec.router.image or the operator's default)."""
+
+
 class RoleStatus(ApiModel):
     """One role of a disaggregated serving: its decision, replicas and conditions."""
 
@@ -214,6 +243,12 @@ class DeepSeekServingStatus(ApiModel):
 
     groups: list[GroupStatus] | None = None
     """Multi-pod replicas: one entry per LeaderWorkerSet group that has pods, by group index: its leader pod, NVLink clique, nodes and pods ready. The Ready condition's message sums them up."""
+
+    endpoint: EndpointStatus | None = None
+    """Where clients send requests: the Service <name>-api (the router's when it runs, else the engines'). Unset for a disaggregated serving without router (your gateway is the endpoint)."""
+
+    router: RouterStatus | None = None
+    """The vLLM router, when it runs (spec.router): its replicas and how many are ready. Ready is True only when the router is ready too."""
 
     roles: list[RoleStatus] | None = Field(
         default=None,

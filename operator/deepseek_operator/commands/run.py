@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepseek_operator.names import DEFAULT_PEERING
+from deepseek_operator.names import DEFAULT_PEERING, DEFAULT_ROUTER_IMAGE
 
 NAME = "run"
 HELP = "run the operator"
@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="compute_domain",
         action="store_false",
         help="never create NVIDIA ComputeDomains (IMEX channels) for multi-node NVLink replicas",
+    )
+    parser.add_argument(
+        "--router-image",
+        default=DEFAULT_ROUTER_IMAGE,
+        help="image of the vLLM router a serving runs when its spec.router.image is unset",
     )
 
 

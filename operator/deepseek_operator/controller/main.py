@@ -94,6 +94,7 @@ def run_operator(args: argparse.Namespace) -> int:
         namespaces=args.namespace,
         memo=OperatorState(
             compute_domain_enabled=args.compute_domain,
+            router_image=args.router_image,
             namespaces=args.namespace,
             peering=None if args.standalone else args.peering,
             priority=priority,

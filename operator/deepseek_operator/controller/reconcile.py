@@ -224,7 +224,8 @@ class Reconciler:
         self, rec: ServingRecord, key: tuple[str, str], uid: str, status: dict[str, Any]
     ) -> None:
         response = await self.kube.patch_status(key[0], key[1], uid, status)
-        rec.wrote_status(_rv(response or {}), status)
+        # What the object holds now: the fields the patch named null are gone.
+        rec.wrote_status(_rv(response or {}), {k: v for k, v in status.items() if v is not None})
 
     async def _reconcile(
         self,

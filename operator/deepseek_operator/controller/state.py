@@ -41,6 +41,7 @@ from deepseek_operator.controller.watches import (
     Asks,
     Watch,
 )
+from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -67,6 +68,7 @@ class OperatorState(NodeEvents):
         peering: str | None = None,
         priority: int | None = None,
         credentials: Credentials | None = None,
+        router_image: str = DEFAULT_ROUTER_IMAGE,
     ) -> None:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
@@ -75,7 +77,7 @@ class OperatorState(NodeEvents):
         scopes = max(1, len(self.namespaces))
         watches = 2 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
         self.kube = KubeClient(extra_connections=watches, credentials=credentials)
-        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled)
+        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
         self.reconciler = Reconciler(
             self.kube,

@@ -145,6 +145,11 @@ WATCHES: tuple[Watch, ...] = (
     _child(COMPUTE_DOMAIN_KIND, COMPUTE_DOMAIN_API_VERSION, "computedomains", CD_CRD),
     _child(RESOURCE_CLAIM_TEMPLATE_KIND, DRA_API_VERSION, "resourceclaimtemplates"),
     _child(INFERENCE_POOL_KIND, INFERENCE_POOL_API_VERSION, "inferencepools", IP_CRD),
+    # The vLLM router's identity and its pods-read Role, and the engines' NetworkPolicies.
+    _child("ServiceAccount", "v1", "serviceaccounts"),
+    _child("Role", "rbac.authorization.k8s.io/v1", "roles"),
+    _child("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings"),
+    _child("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies"),
     # StatefulSets LeaderWorkerSet makes (leader and per-group workers) carry its name, not our
     # labels: watched, never written.
     Watch(

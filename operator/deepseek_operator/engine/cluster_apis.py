@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
+
 
 class ComputeDomainMode(enum.Enum):
     """Whether a multi-node NVLink replica gets an IMEX channel from a ComputeDomain."""
@@ -21,12 +23,14 @@ class ComputeDomainMode(enum.Enum):
 
 @dataclass(frozen=True)
 class ClusterApis:
-    """Add-on APIs the cluster serves, and the operator's switch for ComputeDomains."""
+    """Add-on APIs the cluster serves, the operator's switch for ComputeDomains and the router
+    image it runs when a spec names none (``run``/``render`` ``--router-image``)."""
 
     leader_worker_set: bool = True  # leaderworkerset.x-k8s.io/v1 LeaderWorkerSet
     compute_domain: bool = True  # resource.nvidia.com/v1beta1 ComputeDomain (NVIDIA DRA driver)
     compute_domain_enabled: bool = True  # the operator may create ComputeDomains
     inference_pool: bool = True  # inference.networking.k8s.io/v1 InferencePool (Gateway API IE)
+    router_image: str = DEFAULT_ROUTER_IMAGE  # spec.router.image's default
 
     def compute_domain_mode(self, needed: bool) -> ComputeDomainMode:
         """The mode for a replica that ``needed`` an IMEX channel (multi-node, in a clique)."""

@@ -36,7 +36,12 @@ from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.disaggregated import apart
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
-from deepseek_operator.names import COMPUTE_DOMAIN_API_VERSION, DRA_API_VERSION, LWS_API_VERSION
+from deepseek_operator.names import (
+    COMPUTE_DOMAIN_API_VERSION,
+    DEFAULT_ROUTER_IMAGE,
+    DRA_API_VERSION,
+    LWS_API_VERSION,
+)
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.plan import Observed, Plan, plan
 
@@ -95,6 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="preview a cluster without NVIDIA's ComputeDomain CRD (default: installed; with "
         "--from-cluster: what the cluster serves)",
     )
+    parser.add_argument(
+        "--router-image",
+        default=DEFAULT_ROUTER_IMAGE,
+        help="the operator's router image (its run --router-image): what a spec without "
+        "spec.router.image runs",
+    )
 
 
 def _plan_document(
@@ -128,7 +139,9 @@ def run(args: argparse.Namespace) -> int:
             compute_domain = compute_domain and COMPUTE_DOMAIN_API_VERSION in served
         inventory = build_inventory(raw_nodes, slices, claims)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        apis = ClusterApis(leader_worker_set=lws, compute_domain=compute_domain)
+        apis = ClusterApis(
+            leader_worker_set=lws, compute_domain=compute_domain, router_image=args.router_image
+        )
         planned = [_plan_document(d, inventory, now, apis) for d in documents]
         actions: list[list[str] | None] = [None] * len(documents)
         if args.from_cluster:  # and what the operator would do there, deletes included

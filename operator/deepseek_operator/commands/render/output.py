@@ -20,7 +20,7 @@ from deepseek_operator.api.status import DeepSeekServingStatus
 from deepseek_operator.engine import capacity_report
 from deepseek_operator.engine.disaggregated import RoleDecision
 from deepseek_operator.engine.resolution import Resolution
-from deepseek_operator.names import LABEL_PD_ROLE, LWS_KIND
+from deepseek_operator.names import LABEL_COMPONENT, LABEL_PD_ROLE, LWS_KIND
 from deepseek_operator.render.status import status_dict
 
 
@@ -86,8 +86,11 @@ def _text_report(
                 f"  NVLink cliques ({one.clique_key}) that can hold a {one.pods_per_replica}-pod group: "
                 + (", ".join(one.placement.holding_cliques) or "none")
             )
+    if status.endpoint is not None:
+        lines.append(f"  endpoint: {status.endpoint.url} (Service {status.endpoint.service})")
     lines.append("  objects: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))
     lines += _argv_lines(objects)
+    lines += _router_lines(objects)
     return "\n".join(lines) + "\n"
 
 
@@ -113,13 +116,24 @@ def _pod_args(objects: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     and worker's."""
     out: list[tuple[str, list[str]]] = []
     for o in objects:
-        if o["kind"] == "Deployment":
+        if o["kind"] == "Deployment" and o["metadata"]["labels"].get(LABEL_COMPONENT) != "router":
             out.append(("", o["spec"]["template"]["spec"]["containers"][0]["args"]))
         elif o["kind"] == LWS_KIND:
             tmpl = o["spec"]["leaderWorkerTemplate"]
             for title, key in (("", "leaderTemplate"), ("worker: ", "workerTemplate")):
                 out.append((title, tmpl[key]["spec"]["containers"][0]["args"]))
     return out
+
+
+def _router_lines(objects: Sequence[dict[str, Any]]) -> list[str]:
+    """The router pod's ``vllm-router`` line (its image first), when it runs."""
+    lines = []
+    for o in objects:
+        if o["kind"] == "Deployment" and o["metadata"]["labels"].get(LABEL_COMPONENT) == "router":
+            container = o["spec"]["template"]["spec"]["containers"][0]
+            lines.append(f"  router pods ({container['image']}, {o['spec']['replicas']}):")
+            lines.append("  vllm-router " + " ".join(container["args"]))
+    return lines
 
 
 def _argv_lines(objects: Sequence[dict[str, Any]]) -> list[str]:
