@@ -133,8 +133,7 @@ class Reconciler:
 
         Reading under the lock matters: a reconcile queued behind another must see what the
         first one wrote (its status, its children), not the snapshot that queued it.
-        ``groups_of``: the pods of each LeaderWorkerSet group, by role ("" when aggregated);
-        ``status_only``: write no child.
+        ``groups_of``: each LeaderWorkerSet group's pods by role; ``status_only``: write no child.
         """
         namespace, name = key
         started = time.perf_counter()
