@@ -9,7 +9,8 @@ shared by construction (api/roles.py).
 
 The pair adds two checks to both roles: ``KVTransferPath`` (informational), whether some NVLink
 clique has eligible nodes of both roles (KV blocks can then move over multi-node NVLink) or the
-transfer goes over RDMA (UCX ``rc``); and ``RolesFitTogether``, whether the eligible nodes hold
+transfer goes over RDMA (UCX ``rc``); it is status only: what a role's pods render depends on
+that role's own spec and nodes, so an edit of one role never rolls the other's pool; and ``RolesFitTogether``, whether the eligible nodes hold
 both pools at once (each role's own capacity counts the nodes as if it were alone): when they
 do not, both roles are not placeable, with that reason.
 """
@@ -187,9 +188,11 @@ def resolve_roles(
         fit_together(inventory, decided, spec.gpu_resource_name, owner) if placeable else None
     )
     out = []
-    for d in decided:
+    for d, own in zip(decided, cliques, strict=True):
+        # The pod template reads the role's own cliques only; ``shared`` (both roles') is for
+        # the status: a decode-only edit must never rewrite the prefill pods.
         transfer = KVTransfer(
-            kv_role=KV_ROLES[d.role], connector=connector, role=d.role, nvlink=bool(shared)
+            kv_role=KV_ROLES[d.role], connector=connector, role=d.role, own_clique=bool(own)
         )
         placement = d.resolution.placement
         checks = (*d.resolution.checks, path, *([routing] if routing else []))
