@@ -361,7 +361,7 @@ def test_a_name_that_would_take_a_role_child_is_refused_online_and_offline(
     assert offline.returncode == 1 and offline.stdout == ""
     lines = offline.stderr.splitlines()
     assert len(lines) == 1 and NAME_ENDING_RULE.message in lines[0], offline.stderr
-    assert lines[0].startswith("metadata.name")
+    assert f"{path}: metadata.name: Invalid value" in lines[0]
 
 
 def _without_ending_rule(cp: ControlPlane) -> dict[str, Any]:
