@@ -19,6 +19,7 @@ import copy
 import pathlib
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -211,13 +212,23 @@ def _settled(cp: ControlPlane, namespace: str, name: str) -> dict[str, Any] | No
     return obj if done else None
 
 
+def _tp4_pair(namespace: str, name: str) -> dict[str, Any]:
+    """The 1P1D example at TP4: one Deployment per role, one tray per pod."""
+    doc = copy.deepcopy(EXAMPLE)
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"].pop("tolerations", None)
+    doc["spec"]["nodeSelector"] = {"pool": namespace}
+    for role in doc["spec"]["disaggregation"]["roles"]:
+        role["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    return doc
+
+
 def test_decode_only_edits_never_touch_the_prefill_workload_a_hashed_edit_rolls_both(
     lws_cluster: ControlPlane,
     operator: OperatorProcess,
     namespace: str,
     racks: list[Any],
     node_factory: Callable[..., list[Any]],
-    compute_domain_driver: ComputeDomainDriver,
 ) -> None:
     cp = lws_cluster
     # Two HGX B200 nodes (8 GPUs, no NVLink clique): a TP8 decode pod fits only there.
@@ -230,15 +241,10 @@ def test_decode_only_edits_never_touch_the_prefill_workload_a_hashed_edit_rolls_
         )
         for _ in range(2)
     ]
-    compute_domain_driver.publish(node_factory(*hgx))
+    node_factory(*hgx)
     name = "ro"
-    doc = copy.deepcopy(EXAMPLE)  # 1P1D at TP4: one Deployment per role, one tray per pod
-    doc["metadata"] = {"name": name, "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
+    doc = _tp4_pair(namespace, name)
     roles = doc["spec"]["disaggregation"]["roles"]
-    for role in roles:
-        role["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     cp.apply(doc)
     wait_condition(cp, namespace, "Ready", "True", name=name, timeout=240)
     prefill = _workload(cp, namespace, f"{name}-prefill")
@@ -364,20 +370,28 @@ def test_a_name_that_would_take_a_role_child_is_refused_online_and_offline(
     assert f"{path}: metadata.name: Invalid value" in lines[0]
 
 
-def _without_ending_rule(cp: ControlPlane) -> dict[str, Any]:
-    """Our CRD as it was before the name-ending rule (returns the current one, to restore)."""
-    crd = dict(cp.kubectl_json("get", "crd", "deepseekservings.serving.deepseek-operator.io"))
-    old = copy.deepcopy(crd)
-    for version in old["spec"]["versions"]:
+CRD = "deepseekservings.serving.deepseek-operator.io"
+
+
+def _replace_versions(cp: ControlPlane, versions: list[Any]) -> None:
+    crd = dict(cp.kubectl_json("get", "crd", CRD))
+    crd["spec"]["versions"] = versions
+    crd.pop("status", None)
+    crd["metadata"].pop("managedFields", None)
+    cp.kubectl("replace", "-f", "-", input=yaml.safe_dump(crd))
+
+
+def _without_ending_rule(cp: ControlPlane) -> list[Any]:
+    """Our CRD as it was before the name-ending rule; returns its versions, to restore."""
+    versions = cp.kubectl_json("get", "crd", CRD)["spec"]["versions"]
+    old = copy.deepcopy(versions)
+    for version in old:
         root = version["schema"]["openAPIV3Schema"]
         root["x-kubernetes-validations"] = [
             r for r in root["x-kubernetes-validations"] if not r.get("optionalOldSelf")
         ]
-    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
-        old["metadata"].pop(key, None)
-    old.pop("status", None)
-    cp.kubectl("replace", "-f", "-", input=yaml.safe_dump(old))
-    return crd
+    _replace_versions(cp, old)
+    return list(versions)
 
 
 def test_a_pair_whose_name_is_taken_starts_neither_role(
@@ -385,37 +399,41 @@ def test_a_pair_whose_name_is_taken_starts_neither_role(
 ) -> None:
     cp = lws_cluster
     # A serving "tk-prefill" admitted before the ending rule existed (the rule is create-only,
-    # so it keeps working): it owns Deployment "tk-prefill".
-    current = _without_ending_rule(cp)
+    # so it keeps working): it owns Deployment "tk-prefill" and Service "tk-prefill-api".
+    versions = _without_ending_rule(cp)
+    legacy = yaml.safe_dump(_aggregated(namespace, "tk-prefill"))
     try:
         wait_for(
-            lambda: (
-                cp.kubectl(
-                    "apply",
-                    "-f",
-                    "-",
-                    input=yaml.safe_dump(_aggregated(namespace, "tk-prefill")),
-                    check=False,
-                ).returncode
-                == 0
-            ),
+            lambda: cp.kubectl("apply", "-f", "-", input=legacy, check=False).returncode == 0,
             timeout=30,
             what="the legacy serving created",
         )
     finally:
-        for key in ("resourceVersion", "managedFields"):
-            current["metadata"].pop(key, None)
-        current.pop("status", None)
-        cp.kubectl(
-            "apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(current)
-        )
-    # An update of the legacy serving passes the create-only rule.
+        _replace_versions(cp, versions)
+    # The new rule refuses the name again, and still lets the stored object be updated.
+    refused = wait_for(
+        lambda: (
+            "must not end in"
+            in (
+                out := cp.kubectl(
+                    "apply",
+                    "--dry-run=server",
+                    "-f",
+                    "-",
+                    input=yaml.safe_dump(_aggregated(namespace, "tk2-prefill")),
+                    check=False,
+                )
+            ).stderr
+            and out
+        ),
+        timeout=30,
+        what="the ending rule back",
+    )
+    assert refused.returncode != 0
     patch_serving(cp, namespace, {"metadata": {"labels": {"team": "a"}}}, name="tk-prefill")
-    wait_for(lambda: _workload(cp, namespace, "tk-prefill"), timeout=60, what="legacy Deployment")
+    wait_for(lambda: _workload(cp, namespace, "tk-prefill"), timeout=60, what="legacy workload")
 
-    pair = _serving(namespace)
-    pair["metadata"]["name"] = "tk"
-    cp.apply(pair)
+    cp.apply(_tp4_pair(namespace, "tk"))
     held = wait_condition(
         cp,
         namespace,
@@ -425,24 +443,26 @@ def test_a_pair_whose_name_is_taken_starts_neither_role(
         name="tk",
         timeout=60,
     )
-    message = next(c for c in held["status"]["conditions"] if c["type"] == "WorkloadApplied")[
-        "message"
-    ]
-    assert "tk-prefill already exists and belongs to DeepSeekServing/tk-prefill" in message
+    conditions = {c["type"]: c for c in held["status"]["conditions"]}
+    message = conditions["WorkloadApplied"]["message"]
+    assert "Deployment/tk-prefill already exists and belongs to DeepSeekServing/tk-prefill" in (
+        message
+    )
     assert "the pair is held: neither role is written" in message
-    # Neither role: the decode pool was not started either.
+    assert conditions["Ready"]["status"] == "False"
+    time.sleep(12)  # past the first backoff retry: still neither role
     assert _workload(cp, namespace, "tk-decode") is None
     theirs = _workload(cp, namespace, "tk-prefill")
-    assert theirs is not None and theirs["kind"] == "Deployment"  # still the legacy serving's
+    assert theirs is not None
+    assert theirs["metadata"]["ownerReferences"][0]["name"] == "tk-prefill"
 
     # The legacy serving goes: the pair starts, both roles at once.
     cp.kubectl("delete", "dss", "tk-prefill", "-n", namespace, "--wait=true")
-    wait_for(
-        lambda: (
-            (w := _workload(cp, namespace, "tk-prefill")) is not None
-            and w["kind"] == "LeaderWorkerSet"
-            and _workload(cp, namespace, "tk-decode") is not None
-        ),
-        timeout=180,
-        what="both roles of the pair written",
-    )
+
+    def both_roles() -> bool:
+        ours = [_workload(cp, namespace, f"tk-{role}") for role in ("prefill", "decode")]
+        return all(
+            w is not None and w["metadata"]["ownerReferences"][0]["name"] == "tk" for w in ours
+        )
+
+    wait_for(both_roles, timeout=240, what="both roles of the pair written")

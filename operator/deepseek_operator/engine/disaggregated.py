@@ -9,10 +9,11 @@ shared by construction (api/roles.py).
 
 The pair adds two checks to both roles: ``KVTransferPath`` (informational), whether some NVLink
 clique has eligible nodes of both roles (KV blocks can then move over multi-node NVLink) or the
-transfer goes over RDMA (UCX ``rc``); it is status only: what a role's pods render depends on
-that role's own spec and nodes, so an edit of one role never rolls the other's pool; and ``RolesFitTogether``, whether the eligible nodes hold
-both pools at once (each role's own capacity counts the nodes as if it were alone): when they
-do not, both roles are not placeable, with that reason.
+transfer goes over RDMA (UCX ``rc``), status only: what a role's pods render depends on that
+role's own spec and nodes, so an edit of one role never rolls the other's pool; and
+``RolesFitTogether``, whether the eligible nodes hold both pools at once (each role's own
+capacity counts the nodes as if it were alone): when they do not, both roles are not
+placeable, with that reason.
 """
 
 from __future__ import annotations
