@@ -100,6 +100,91 @@ REASON_PAIR_CANNOT_SERVE = "PairCannotServe"
 """Ready is False: one role of a disaggregated serving has 0 replicas beside one with replicas,
 so no request can complete (a prefill needs a decode to hand its KV cache to, and back)."""
 
+# --- names of a serving's children: the one scheme ---------------------------------------------
+#
+# Every object the operator writes for DeepSeekServing <n> (and every object LeaderWorkerSet
+# names after one of ours) is named <n> + a suffix of CHILD_NAMES, per kind. A workload's
+# children (WORKLOAD_CHILDREN) are named after the workload: <n> for an aggregated serving,
+# <n>-<role> for each role of a disaggregated one; the serving-wide ones (SERVING_CHILDREN) after
+# <n>. Names are unique per kind, so two servings <a> and <b> = <a> + u take one name exactly
+# when t1 = u + t2 for two suffixes t1, t2 of one kind; RESERVED_NAME_ENDINGS is every such u,
+# computed, and admission refuses a serving name that ends in one (api/value_rules.py). A new
+# child: add its (kind, suffix) below and run `make generate` (the CRD's CEL rule follows).
+# Renaming a child renames it in every running serving (and rolls its pods): never casually.
+
+SERVICE_SUFFIX = "-api"
+"""The client-facing Service ``<workload>-api`` (LeaderWorkerSet takes ``<workload>`` for its
+headless Service, through which workers reach their leader)."""
+GPU_CLAIM_SUFFIX = "-gpus"
+"""The ResourceClaimTemplate ``<workload>-gpus`` the pods claim their GPUs from (DRA)."""
+COMPUTE_DOMAIN_SUFFIX = "-imex"
+"""The serving's ComputeDomain ``<n>-imex`` (one for both roles)."""
+CHANNEL_TEMPLATE_SUFFIX = "-imex-channel"
+"""The ResourceClaimTemplate NVIDIA's DRA driver names after the ComputeDomain's channel."""
+ENGINES_POLICY_SUFFIX = "-engines"
+"""The NetworkPolicy ``<workload>-engines`` that fences a workload's vLLM pods."""
+PD_ROLE_NAMES = ("prefill", "decode")
+"""The roles of a disaggregated serving; role <r>'s workload is named ``<n>-<r>``."""
+
+WORKLOAD_CHILDREN: tuple[tuple[str, str], ...] = (
+    ("Deployment", ""),
+    ("LeaderWorkerSet", ""),
+    ("Service", ""),  # LeaderWorkerSet's headless Service, named after the LeaderWorkerSet
+    ("Service", SERVICE_SUFFIX),
+    ("ResourceClaimTemplate", GPU_CLAIM_SUFFIX),
+    ("NetworkPolicy", ENGINES_POLICY_SUFFIX),
+)
+"""(kind, suffix after the workload's name) of every child named after a workload."""
+SERVING_CHILDREN: tuple[tuple[str, str], ...] = (
+    ("ComputeDomain", COMPUTE_DOMAIN_SUFFIX),
+    ("ResourceClaimTemplate", CHANNEL_TEMPLATE_SUFFIX),
+    ("InferencePool", ""),
+    # The router's children all take the endpoint Service's name (render/router.py).
+    *((kind, SERVICE_SUFFIX) for kind in ("Deployment", "ServiceAccount", "Role", "RoleBinding")),
+)
+"""(kind, suffix after the serving's name) of every serving-wide child (a disaggregated
+serving's, or one per serving whatever its layout)."""
+
+
+def _child_names() -> tuple[tuple[str, str], ...]:
+    roles = tuple(
+        (kind, f"-{role}{suffix}") for role in PD_ROLE_NAMES for kind, suffix in WORKLOAD_CHILDREN
+    )
+    return tuple(dict.fromkeys(WORKLOAD_CHILDREN + roles + SERVING_CHILDREN))
+
+
+CHILD_NAMES: tuple[tuple[str, str], ...] = _child_names()
+"""(kind, suffix after the serving's name) of every child any serving may have, either layout."""
+
+
+def _reserved_endings(children: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """Every u with t1 = u + t2 for suffixes t1 != t2 of one kind, shortest first, leaving out
+    those that end in a shorter one (refusing the shorter ending refuses them too)."""
+    found = {
+        t1[: len(t1) - len(t2)]
+        for kind, t1 in children
+        for other, t2 in children
+        if other == kind and t1 != t2 and t1.endswith(t2)
+    }
+    # A serving name ends in a letter or digit: an ending ending in "-" can never be one's.
+    found = {u for u in found if u and not u.endswith("-")}
+    kept: list[str] = []
+    for u in sorted(found, key=lambda e: (len(e), e)):
+        if not any(u.endswith(k) for k in kept):
+            kept.append(u)
+    return tuple(kept)
+
+
+RESERVED_NAME_ENDINGS: tuple[str, ...] = _reserved_endings(CHILD_NAMES)
+"""Endings a serving name may not have: with one, some child of the serving <n> minus that
+ending would take a name of one of its children (today ``-api``, ``-decode``, ``-prefill``)."""
+
+
+def role_object_name(serving: str, role: str) -> str:
+    """The name of role ``role``'s workload of disaggregated serving ``serving``."""
+    return f"{serving}-{role}"
+
+
 # --- LeaderWorkerSet (sigs.k8s.io/lws) and NVIDIA's ComputeDomain (DRA driver for GPUs) ---------
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -210,9 +295,6 @@ REASON_DRA_DRIVER_MISSING = "DRADriverNotInstalled"
 REASON_COMPUTE_DOMAIN_DISABLED = "ComputeDomainDisabled"
 REASON_INVALID_SPEC = "InvalidSpec"
 """The spec breaks a static rule (normally stopped by the API server's CEL rules)."""
-# The client-facing Service is "<name>" + this: LeaderWorkerSet takes "<name>" for its headless
-# Service, and admission refuses serving names with this ending, so no two servings' names meet.
-SERVICE_SUFFIX = "-api"
 REASON_APPLIED = "Applied"
 """WorkloadApplied is True: the API server accepted every child object."""
 REASON_WORKLOAD_REFUSED = "WorkloadRefused"

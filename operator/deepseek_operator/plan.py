@@ -35,6 +35,7 @@ from deepseek_operator.names import (
     LABEL_PD_ROLE,
     LWS_KIND,
     WORKLOAD_APPLIED,
+    role_object_name,
 )
 from deepseek_operator.nodes.claims import ClaimOwner
 from deepseek_operator.nodes.facts import NodeInventory
@@ -218,8 +219,9 @@ def claim_owner(serving: ServingObject) -> ClaimOwner:
     LeaderWorkerSet, or each role's of a disaggregated serving."""
     if serving.spec.disaggregation is None:
         return ClaimOwner(serving.namespace, frozenset({serving.name}))
-    # A role's object is named <serving>-<role> (ServingObject.for_role).
-    return ClaimOwner(serving.namespace, frozenset(f"{serving.name}-{k}" for k in ROLE_KINDS))
+    return ClaimOwner(
+        serving.namespace, frozenset(role_object_name(serving.name, k) for k in ROLE_KINDS)
+    )
 
 
 def plan(

@@ -82,13 +82,28 @@ def test_no_hostile_spec_raises_anything_but_a_spec_error(doc: dict[str, Any]) -
         assert "\n" not in str(exc) and exc.field_path
 
 
-def test_a_name_ending_in_the_service_suffix_is_refused_so_no_two_servings_names_meet() -> None:
-    # Serving "x" has the Service "x-api"; a multi-pod serving "x-api" would get LeaderWorkerSet's
-    # headless Service "x-api" too, and whichever came first would break the other.
-    doc = {**copy.deepcopy(SEED), "metadata": {"name": "x-api"}}
+@pytest.mark.parametrize("name", ["x-api", "x-prefill", "x-decode", "a-b-prefill"])
+def test_a_name_ending_in_a_child_suffix_is_refused_so_no_two_servings_names_meet(
+    name: str,
+) -> None:
+    # Serving "x" has the Service "x-api" and, disaggregated, the pools "x-prefill" and
+    # "x-decode"; a serving of one of those names would take them (a half pair, or a Service
+    # whichever came first keeps).
+    doc = {**copy.deepcopy(SEED), "metadata": {"name": name}}
     with pytest.raises(SpecError) as refused:
         parse_serving(doc)
     assert refused.value.field_path == "metadata.name"
-    assert "not ending in '-api'" in refused.value.message
-    for name in ("api", "x-apis", "x-api1"):
-        parse_serving({**copy.deepcopy(SEED), "metadata": {"name": name}})
+    assert "must not end in '-api', '-decode' or '-prefill'" in refused.value.message
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["api", "x-apis", "x-api1", "prefill", "x-prefills", "decode-x"])
+def test_names_that_merely_contain_a_child_suffix_are_admitted(name: str) -> None:
+    parse_serving({**copy.deepcopy(SEED), "metadata": {"name": name}})
+
+
+def test_a_stored_object_of_a_now_reserved_name_is_still_read() -> None:
+    # The ending rule is create-only (the CRD's optionalOldSelf transition rule passes every
+    # update): a serving created before it keeps being reconciled.
+    doc = {**copy.deepcopy(SEED), "metadata": {"name": "x-prefill", "uid": "1234"}}
+    assert parse_serving(doc).name == "x-prefill"

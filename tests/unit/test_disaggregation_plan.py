@@ -277,6 +277,89 @@ def test_a_kv_cache_dtype_change_rolls_both_pools() -> None:
     assert rolling_roles(_observed_after(before), _plan(raw)) == ["prefill", "decode"]
 
 
+def _racks_and_hgx() -> NodeInventory:
+    """Two NVL72 racks of GB200 trays (4 GPUs, NVLink cliques) and two HGX B200 nodes (8 GPUs,
+    in no clique): a TP8 pod fits only on the B200s."""
+    from tests.gpu_nodes import agent_labels, make_gpu_node
+
+    racks = yaml.safe_load((ROOT / "examples/nodes-gb200-two-racks.yaml").read_text())["items"]
+    hgx = [
+        make_gpu_node(
+            f"hgx-b200-{i}",
+            "NVIDIA-B200",
+            agent_labels=agent_labels("NVIDIA-B200"),
+            kwok=False,
+            gfd_memory=False,
+        )
+        for i in range(2)
+    ]
+    return build_inventory([*racks, *hgx])
+
+
+def _plan_on(raw: dict[str, Any], inventory: NodeInventory) -> Plan:
+    return plan(parse_serving(copy.deepcopy(raw)), inventory, Observed.offline(), NOW)
+
+
+def _template(p: Plan, role: str) -> Any:
+    spec = _workload(p, role)["spec"]
+    return spec.get("template") or spec.get("leaderWorkerTemplate")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda d: d["engine"].update(maxNumSeqs=512), id="batch-shape"),
+        pytest.param(lambda d: d.update(moeBackend="flashinfer_trtllm"), id="backend"),
+        # TP 4 -> 8: a decode pod now fits only on the HGX B200s, in no NVLink clique, so no
+        # clique has eligible nodes of both roles any more.
+        pytest.param(
+            lambda d: d.update(parallelism={"tensorParallelSize": 8, "expertParallel": True}),
+            id="layout-across-cliques",
+        ),
+    ],
+)
+def test_a_decode_only_edit_never_rewrites_the_prefill_pod_template(edit: Any) -> None:
+    inventory = _racks_and_hgx()
+    raw = _raw()
+    before = _plan_on(raw, inventory)
+    prefill = _template(before, "prefill")
+    # The prefill pods prefer the clique of the decode pods (their own nodes are in cliques).
+    preferred = prefill["spec"]["affinity"]["podAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert preferred[0]["podAffinityTerm"]["labelSelector"]["matchExpressions"][0]["values"] == [
+        "prefill"
+    ]
+    edit(_role(raw, "decode"))
+    after = _plan_on(raw, inventory)
+    assert _template(after, "prefill") == prefill
+    assert _template(after, "decode") != _template(before, "decode")
+    assert rolling_roles(_observed_after(before), after) == ["decode"]
+
+
+def test_a_role_outside_every_clique_has_no_peer_term_and_says_the_path_in_status() -> None:
+    raw = _raw()
+    _role(raw, "decode")["parallelism"] = {"tensorParallelSize": 8, "expertParallel": True}
+    p = _plan_on(raw, _racks_and_hgx())
+    decode = _template(p, "decode")["spec"]
+    assert "podAffinity" not in decode.get("affinity", {})  # its own nodes are in no clique
+    assert "podAffinity" in _template(p, "prefill")["spec"]["affinity"]
+    path = next(c for c in p.roles[0].resolution.checks if c.name == "KVTransferPath")
+    assert not path.passed and "no NVLink clique has eligible nodes of both roles" in path.message
+
+
+def test_a_hashed_edit_still_rolls_both_pools_across_cliques() -> None:
+    inventory = _racks_and_hgx()
+    raw = _raw()
+    _role(raw, "decode")["parallelism"] = {"tensorParallelSize": 8, "expertParallel": True}
+    before = _plan_on(raw, inventory)
+    raw["spec"]["engine"]["kvCacheDtype"] = "auto"
+    assert rolling_roles(_observed_after(before), _plan_on(raw, inventory)) == [
+        "prefill",
+        "decode",
+    ]
+
+
 def _too_big() -> dict[str, Any]:
     raw = _raw()
     _role(raw, "prefill")["replicas"] = 2

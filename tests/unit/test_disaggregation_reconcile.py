@@ -1,6 +1,6 @@
 """The reconciler on a disaggregated DeepSeekServing (recording fake API, real plan and actions):
-both pools written at once, the status per role, one decision Event per role, and the Event that
-says which pool a change rolls."""
+both pools written at once, the status per role, one decision Event per role, the Event that
+says which pool a change rolls, and no child at all while a name of the pair is taken."""
 
 from __future__ import annotations
 
@@ -110,3 +110,33 @@ def test_a_decode_backend_edit_says_only_the_decode_pool_rolls() -> None:
     ]
     changed = [m for r, m in events if r in ("BackendResolved", "BackendUnrunnable")]
     assert changed and all(m.startswith("decode: ") for m in changed)
+
+
+def test_a_taken_name_holds_the_whole_pair_and_the_status_names_the_object() -> None:
+    # Serving "pd-prefill" (created before admission refused the name) owns Deployment
+    # "pd-prefill": serving "pd" must start neither role, not its decode pool alone.
+    kube = KeepingKube()
+    other = [{"kind": "DeepSeekServing", "name": "pd-prefill", "uid": "uid-x", "controller": True}]
+    kube.existing["Deployment/pd-prefill"] = {
+        "kind": "Deployment",
+        "metadata": {"name": "pd-prefill", "ownerReferences": other},
+    }
+    events: list[tuple[str, str]] = []
+    rec = Reconciler(kube, post_event=lambda body, t, r, m: events.append((r, m)))  # type: ignore[arg-type]
+    outcome = _run(rec, _body(), {})
+    assert [c for c in kube.calls if c[0] in ("apply", "delete")] == []
+    assert ("read", "Deployment/pd-decode") in kube.calls  # every unseen name was asked
+    applied = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "WorkloadApplied")
+    assert (applied["status"], applied["reason"]) == ("False", "ForeignObjectInTheWay")
+    assert applied["message"].startswith("Deployment/pd-prefill already exists and belongs to ")
+    assert "the pair is held: neither role is written" in applied["message"]
+    assert outcome.foreign and any(r == "ForeignObjectInTheWay" for r, _ in events)
+
+    # The object goes away: the next reconcile writes both roles.
+    del kube.existing["Deployment/pd-prefill"]
+    body = _body()
+    body["status"] = kube.statuses[-1]
+    _run(rec, body, {})
+    assert {"Deployment/pd-prefill", "Deployment/pd-decode"} <= {
+        c[1] for c in kube.calls if c[0] == "apply"
+    }

@@ -62,6 +62,21 @@ class FakeKube:
         out["metadata"]["resourceVersion"] = str(self.rv)
         return out
 
+    async def names_taken(self, objs: list[Any], uid: str) -> list[str]:
+        out = []
+        for encoded in objs:
+            obj = encoded.decoded() if isinstance(encoded, EncodedObject) else encoded
+            child = f"{obj['kind']}/{obj['metadata']['name']}"
+            self.calls.append(("read", child))
+            there = self.existing.get(child)
+            if there is not None and not controlled_by(there, uid):
+                out.append(
+                    ForeignObject(
+                        obj["kind"], obj["metadata"]["name"], describe_owner(there)
+                    ).message
+                )
+        return out
+
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         self.calls.append(("delete", f"{kind}/{name}"))
 

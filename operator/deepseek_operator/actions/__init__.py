@@ -135,6 +135,9 @@ class Writes:
     foreign: list[str]  # ForeignObject messages of children not written
     lws_written: bool  # the LeaderWorkerSet is written: its controller may refuse it silently
     status_only: bool = False  # no child was considered: round 2 cannot tell WorkloadApplied
+    # A disaggregated pair: all its children are written or none. The executor asks the API
+    # server about every unseen name before it writes any (:func:`pair_held`).
+    pair: bool = False
 
     @property
     def applies(self) -> list[Apply]:
@@ -147,6 +150,17 @@ class Writes:
         return [a for a in self.actions if isinstance(a, Delete)]
 
 
+PAIR_HELD_BY_NAME = (
+    "the pair is held: neither role is written until every child name of the pair is free "
+    "(half a pair would load weights for nothing)"
+)
+
+
+def pair_held(foreign: Sequence[str]) -> list[str]:
+    """The ``ForeignObjectInTheWay`` sentences of a pair that writes no child because of them."""
+    return [*foreign, PAIR_HELD_BY_NAME] if foreign else []
+
+
 def write_actions(
     desired: Sequence[Mapping[str, Any]],
     ours: Mapping[ChildKey, Mapping[str, Any]],
@@ -156,6 +170,7 @@ def write_actions(
     *,
     owner_name: str,
     status_only: bool = False,
+    pair: bool = False,
 ) -> Writes:
     """Round 1 for the plan's ``desired`` children and ``status``, given what exists.
 
@@ -163,7 +178,12 @@ def write_actions(
     edit or deletion is restored and a no-op reconcile writes nothing); one of ours the plan no
     longer holds is deleted; a stranger of a desired name is reported, never written. A
     status-only reconcile writes no child. The status goes first: the decision is known before
-    any child exists, so users see ``BackendResolved`` without waiting for the workload."""
+    any child exists, so users see ``BackendResolved`` without waiting for the workload.
+
+    ``pair``: the children of a disaggregated serving's two roles, written all or none: when a
+    name is taken, no child is written or deleted (a prefill pool without its decode pool, or
+    the reverse, would load weights for nothing) and the status says which object is in the
+    way."""
     writes: list[Action] = []
     foreign: list[str] = []
     lws_written = False
@@ -180,6 +200,8 @@ def write_actions(
         for (kind, child), child_body in ours.items():  # ours only (strangers stay)
             if (kind, child) not in desired_keys:
                 writes.append(Delete(str(child_body.get("apiVersion") or ""), kind, child))
+        if pair and foreign:
+            writes, foreign, lws_written = [], pair_held(foreign), False
     first: list[Action] = []
     if status != old_status:
         # A merge patch keeps every field it does not name: one the plan no longer holds
@@ -188,7 +210,7 @@ def write_actions(
         first.append(PatchStatus({**status, **dropped}))
     elif writes:
         first.append(CheckOwner())
-    return Writes(first + writes, foreign, lws_written, status_only)
+    return Writes(first + writes, foreign, lws_written, status_only, pair)
 
 
 def plan_write_actions(
@@ -212,6 +234,7 @@ def plan_write_actions(
         old_status,
         owner_name=owner_name,
         status_only=status_only or planned.holds_children,
+        pair=bool(planned.roles),
     )
 
 
@@ -344,6 +367,7 @@ def describe(actions: Iterable[Action]) -> list[str]:
 
 __all__ = [
     "PACKED_BODY",
+    "PAIR_HELD_BY_NAME",
     "Action",
     "Apply",
     "CheckOwner",
@@ -367,6 +391,7 @@ __all__ = [
     "invalid_spec_actions",
     "next_failures",
     "pack_body",
+    "pair_held",
     "split_children",
     "unpacked_body",
     "write_actions",

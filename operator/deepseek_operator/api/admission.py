@@ -35,6 +35,7 @@ from typing import Any
 
 from deepseek_operator.api.admission_cel import run_rules
 from deepseek_operator.api.admission_schema import type_name, walk
+from deepseek_operator.api.value_rules import NAME_RULES
 from deepseek_operator.errors import SpecError
 
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -181,12 +182,16 @@ def admit(obj: Any) -> dict[str, Any]:
         "metadata": {k: meta[k] for k in ("name", "generateName") if k in meta},
         "spec": spec,
     }
+    # A stored object (it has a uid) was admitted when created: the create-only name rules
+    # (the CRD's optionalOldSelf transition rules) pass every update, so they pass here too.
+    stored = bool(meta.get("uid"))
+    rules = [
+        {"rule": r.cel, "message": r.message} for r in NAME_RULES if not (r.create_only and stored)
+    ]
     try:
-        run_rules(
-            "", root, {"x-kubernetes-validations": schema.get("x-kubernetes-validations", [])}
-        )
+        run_rules("", root, {"x-kubernetes-validations": rules})
     except SpecError as exc:
-        # The root's only rule is about metadata.name (a CRD rule cannot name it in fieldPath).
+        # The root's rules are all about metadata.name (the CRD names it in fieldPath).
         raise SpecError("metadata.name", meta.get("name"), exc.message) from None
     admitted = dict(obj)
     admitted["spec"] = spec

@@ -18,7 +18,7 @@ from deepseek_operator.api.role_checks import ROLE_RULES
 from deepseek_operator.api.rules import SPEC_RULES, rules_for_scope
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
-from deepseek_operator.api.value_rules import NAME_RULE
+from deepseek_operator.api.value_rules import NAME_RULES
 from deepseek_operator.names import (
     CATEGORIES,
     CRD_NAME,
@@ -262,12 +262,14 @@ def build_crd() -> dict[str, Any]:
         "required": ["spec"],
         "x-kubernetes-validations": [
             {
-                "rule": NAME_RULE.cel,
-                "message": NAME_RULE.message,
+                "rule": rule.crd_rule,
+                "message": rule.message,
                 "reason": "FieldValueInvalid",
                 # Without it the API server reports the root rule at "<nil>", no field at all.
                 "fieldPath": ".metadata.name",
+                **({"optionalOldSelf": True} if rule.create_only else {}),
             }
+            for rule in NAME_RULES
         ],
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},

@@ -16,7 +16,7 @@ from deepseek_operator.api.role_checks import check_roles
 from deepseek_operator.api.rules import check_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.errors import SpecError
-from deepseek_operator.names import API_VERSION, KIND
+from deepseek_operator.names import API_VERSION, KIND, role_object_name
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ServingObject:
         """The object one role renders: named ``<name>-<role>``, the role's projected spec."""
         return replace(
             self,
-            name=f"{self.name}-{kind}",
+            name=role_object_name(self.name, kind),
             spec=self.spec.for_role(kind),
             role=kind,
             serving=self.name,

@@ -59,7 +59,16 @@ class SpecRule:
 
 @dataclass(frozen=True)
 class NameRule:
-    """The rule on ``metadata.name``: CEL on the CRD's root (run offline by api/admission.py)."""
+    """A rule on ``metadata.name``: CEL on the CRD's root (run offline by api/admission.py)."""
 
     cel: str
     message: str
+    # Checked when the object is created only (the name is immutable): the CRD rule is a
+    # transition rule with optionalOldSelf that every update passes, so an object admitted
+    # before the rule existed keeps being updated, its status written and reconciled.
+    create_only: bool = False
+
+    @property
+    def crd_rule(self) -> str:
+        """The CEL the CRD carries (a create-only rule passes when an old object exists)."""
+        return f"oldSelf.hasValue() || ({self.cel})" if self.create_only else self.cel

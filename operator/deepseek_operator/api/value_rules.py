@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from deepseek_operator.api import extra_args
 from deepseek_operator.api.limits import MAX_GPUS_PER_REPLICA, MAX_NAME_LENGTH, MAX_PODS_PER_SERVING
 from deepseek_operator.api.spec_rule import NameRule, SpecRule
-from deepseek_operator.names import SERVICE_SUFFIX
+from deepseek_operator.names import RESERVED_NAME_ENDINGS
 
 if TYPE_CHECKING:
     from deepseek_operator.api.spec import DeepSeekServingSpec
@@ -170,14 +170,31 @@ DASH_RULES: tuple[SpecRule, ...] = tuple(
 NAME_RULE = NameRule(
     cel=(
         f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && "
-        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && "
-        f"!self.metadata.name.endsWith('{SERVICE_SUFFIX}')"
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
     ),
     message=(
         "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting "
         f"with a letter and ending with a letter or digit) of at most {MAX_NAME_LENGTH} "
-        f"characters, not ending in '{SERVICE_SUFFIX}': the operator names its LeaderWorkerSet "
-        f"after it and its Service <name>{SERVICE_SUFFIX}, and LeaderWorkerSet names a headless "
-        "Service after the LeaderWorkerSet, so a serving 'x-api' would take serving 'x''s name"
+        "characters: the operator names Services after it"
     ),
 )
+
+
+def _endings(words: tuple[str, ...]) -> str:
+    quoted = [f"'{w}'" for w in words]
+    return ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+
+
+NAME_ENDING_RULE = NameRule(
+    cel=" && ".join(f"!self.metadata.name.endsWith('{e}')" for e in RESERVED_NAME_ENDINGS),
+    message=(
+        f"metadata.name must not end in {_endings(RESERVED_NAME_ENDINGS)}: the operator names "
+        "a serving's children <name>, <name>-api, <name>-prefill, <name>-decode and so on, so "
+        "a serving named x-prefill would take the names of the prefill pool of a serving "
+        "named x (and x-api those of its Service)"
+    ),
+    create_only=True,
+)
+
+NAME_RULES: tuple[NameRule, ...] = (NAME_RULE, NAME_ENDING_RULE)
+"""The rules on ``metadata.name``, in the order the API server reports them."""

@@ -14,6 +14,7 @@ set; ``force`` takes fields back from hand edits.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import threading
@@ -212,17 +213,39 @@ class KubeClient:
             obj = EncodedObject.of(obj)
         return self.resource(obj.api_version, obj.kind).path(obj.namespace, obj.name)
 
+    def _check_ours(self, obj: EncodedObject, uid: str) -> None:
+        """Raise :class:`ForeignObject` when an object of ``obj``'s name exists and ``uid``
+        does not control it (one GET; absent is fine)."""
+        try:
+            existing = self._call("GET", self.object_path(obj), None, "application/json")
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+        else:
+            if not controlled_by(existing or {}, uid):
+                raise ForeignObject(obj.kind, obj.name, describe_owner(existing or {}))
+
+    async def names_taken(self, objs: list[EncodedObject], uid: str) -> list[str]:
+        """The :class:`ForeignObject` messages of ``objs`` whose name an object holds that
+        ``uid`` does not control (one GET each, concurrently): a disaggregated pair asks this
+        of every name it has not seen before it writes any child."""
+
+        async def check(obj: EncodedObject) -> str | None:
+            try:
+                await self.queue.run(
+                    Priority.BACKGROUND, functools.partial(self._check_ours, obj, uid)
+                )
+            except ForeignObject as exc:
+                return exc.message
+            return None
+
+        found = await asyncio.gather(*(check(obj) for obj in objs))
+        return [message for message in found if message is not None]
+
     def _apply(self, obj: EncodedObject, only_if_ours: str | None = None) -> Any:
         path = self.object_path(obj)
         if only_if_ours is not None:
-            try:
-                existing = self._call("GET", path, None, "application/json")
-            except Exception as exc:
-                if getattr(exc, "status", None) != 404:
-                    raise
-            else:
-                if not controlled_by(existing or {}, only_if_ours):
-                    raise ForeignObject(obj.kind, obj.name, describe_owner(existing or {}))
+            self._check_ours(obj, only_if_ours)
         return self._call(
             "PATCH",
             path,

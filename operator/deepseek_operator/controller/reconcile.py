@@ -44,8 +44,8 @@ from deepseek_operator.controller.cache import involved_object, reduced_child
 from deepseek_operator.controller.encoding import (
     EncodedApply,
     EncodedObject,
-    encoded,
     encoded_apply,
+    encoded_writes,
 )
 from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
@@ -53,7 +53,7 @@ from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.controller.records import resource_version as _rv
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
-from deepseek_operator.names import LWS_KIND
+from deepseek_operator.names import LWS_KIND, role_object_name
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
 
@@ -243,7 +243,7 @@ class Reconciler:
         # A disaggregated serving has one LeaderWorkerSet per role, named <name>-<role>.
         roles = obj.spec.disaggregation.roles if obj.spec.disaggregation else ()
         statefulsets = list(statefulsets)  # read once per LeaderWorkerSet
-        for name in [obj.name, *(f"{obj.name}-{r.role}" for r in roles)]:
+        for name in [obj.name, *(role_object_name(obj.name, r.role) for r in roles)]:
             leaderworkerset = ours.get((LWS_KIND, name))
             if leaderworkerset is None:
                 continue
@@ -274,8 +274,9 @@ class Reconciler:
             # Its controller may fail to create a StatefulSet for what we just wrote and say so
             # only in an Event, changing nothing we watch: look again.
             outcome.recheck_after = min(recheck or RECHECK_S, RECHECK_S)
-        # Only the encoded children wait for a writer thread, not the rendered objects.
-        actions = [encoded(action) for action in writes.actions]
+        # Only the encoded children wait for a writer thread, not the rendered objects; a pair
+        # writes all its children or none (its unseen names are asked first).
+        actions = await encoded_writes(self.kube, writes, obj.uid, outcome.foreign)
         decided = plan_decision_actions(observed, planned)
         written_status_only = writes.status_only
         body = involved_object(body)

@@ -9,14 +9,16 @@ shared by construction (api/roles.py).
 
 The pair adds three checks to both roles: ``KVTransferPath`` (informational), whether some NVLink
 clique has eligible nodes of both roles (KV blocks can then move over multi-node NVLink) or the
-transfer goes over RDMA (UCX ``rc``); and ``RolesFitTogether``, whether the eligible nodes hold
-both pools at once (each role's own capacity counts the nodes as if it were alone): when they
-do not, both roles are not placeable, with that reason; and ``RolesOneGPUGeneration``, whether
-every eligible node of both roles is of one GPU generation (SM family). vLLM picks the attention
-backend per compute capability, and its name is a factor of the NIXL compatibility hash, so a
-prefill pool on SM100 and a decode pool on SM90 would refuse each other at the handshake after
-both loaded their weights: such a pair, or one whose pools could land on two generations, is not
-placeable either, and the message says which role may land where.
+transfer goes over RDMA (UCX ``rc``), status only: what a role's pods render depends on that
+role's own spec and nodes, so an edit of one role never rolls the other's pool;
+``RolesFitTogether``, whether the eligible nodes hold both pools at once (each role's own
+capacity counts the nodes as if it were alone): when they do not, both roles are not placeable,
+with that reason; and ``RolesOneGPUGeneration``, whether every eligible node of both roles is of
+one GPU generation (SM family). vLLM picks the attention backend per compute capability, and its
+name is a factor of the NIXL compatibility hash, so a prefill pool on SM100 and a decode pool on
+SM90 would refuse each other at the handshake after both loaded their weights: such a pair, or
+one whose pools could land on two generations, is not placeable either, and the message says
+which role may land where.
 """
 
 from __future__ import annotations
@@ -250,9 +252,11 @@ def resolve_roles(
     )
     failed = next((c for c in pair if not c.passed), None)
     out = []
-    for d in decided:
+    for d, own in zip(decided, cliques, strict=True):
+        # The pod template reads the role's own cliques only; ``shared`` (both roles') is for
+        # the status: a decode-only edit must never rewrite the prefill pods.
         transfer = KVTransfer(
-            kv_role=KV_ROLES[d.role], connector=connector, role=d.role, nvlink=bool(shared)
+            kv_role=KV_ROLES[d.role], connector=connector, role=d.role, own_clique=bool(own)
         )
         placement = d.resolution.placement
         checks = (*d.resolution.checks, path, *([routing] if routing else []))

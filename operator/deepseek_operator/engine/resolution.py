@@ -34,9 +34,11 @@ class KVTransfer:
     kv_role: str  # kv_producer (prefill) or kv_consumer (decode)
     connector: str  # kv_transfer_config.kv_connector
     role: str  # prefill or decode
-    # Both roles have eligible nodes in one NVLink clique: transfers may use multi-node NVLink
-    # (UCX cuda_ipc over MNNVL); otherwise they go over RDMA (UCX rc).
-    nvlink: bool = False
+    # THIS role's eligible nodes include an NVLink clique: its pods prefer the clique where the
+    # other role's pods run (transfers may then use UCX cuda_ipc over multi-node NVLink, RDMA
+    # otherwise). Only the role's own nodes decide it, never the other role's: an edit of one
+    # role must not rewrite the other's pod template (docs/disaggregation.md, rollouts).
+    own_clique: bool = False
 
 
 @dataclass(frozen=True)

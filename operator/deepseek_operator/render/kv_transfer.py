@@ -6,9 +6,17 @@
 * ``VLLM_NIXL_SIDE_CHANNEL_HOST`` from the pod IP (the peer must reach it; vLLM's default is
   localhost) and ``VLLM_NIXL_SIDE_CHANNEL_PORT``; each engine listens on that port + its DP rank,
   so a pod declares one ``nixl-<rank>`` container port per DP rank it may hold.
-* UCX: ``UCX_TLS`` with ``rc`` (without it NIXL silently falls back to TCP) and, when both roles
-  share an NVLink clique and the pod has an IMEX channel, ``UCX_CUDA_IPC_ENABLE_MNNVL=y``. A UCX
-  variable the user sets in ``spec.env`` wins (tuning); the side channel is the operator's.
+* UCX: ``UCX_TLS`` with ``rc`` (without it NIXL silently falls back to TCP) and, when the pod
+  has an IMEX channel, ``UCX_CUDA_IPC_ENABLE_MNNVL=y``. A UCX variable the user sets in
+  ``spec.env`` wins (tuning); the side channel is the operator's.
+
+What a role's pods get depends on that role's own spec and nodes only, never on the other
+role's: a decode-only edit (its batch shape, backend, or a layout that leaves the cliques of the
+prefill nodes) must not rewrite the prefill pod template, which would reload the prefill
+pool's weights for nothing. So the peer preference is rendered whenever the role's own nodes
+are in a clique (a preferred term nothing satisfies scores nothing), and MNNVL is enabled
+whenever the pod has an IMEX channel, as llm-d's wide-EP recipe does on every such pod (the
+peer term being a preference, a pod could always land outside its peers' clique).
 """
 
 from __future__ import annotations
@@ -60,7 +68,9 @@ def kv_env(spec: DeepSeekServingSpec, res: Resolution) -> list[dict[str, Any]]:
     ]
     if not spec.declares_env(UCX_TLS_ENV):
         env.append({"name": UCX_TLS_ENV, "value": UCX_TLS})
-    mnnvl = transfer.nvlink and res.compute_domain is ComputeDomainMode.RENDERED
+    # The pod's own IMEX channel decides, not whether the other role shares its clique today
+    # (that would tie this role's template to the other role's layout).
+    mnnvl = res.compute_domain is ComputeDomainMode.RENDERED
     if mnnvl and not spec.declares_env(UCX_MNNVL_ENV):
         env.append({"name": UCX_MNNVL_ENV, "value": "y"})
     return env
@@ -107,13 +117,15 @@ def with_template_hash(child: dict[str, Any]) -> dict[str, Any]:
 def peer_affinity(serving: str, res: Resolution) -> dict[str, Any] | None:
     """Preferred pod affinity to the other roles' pods in the same NVLink clique, or None.
 
-    Only when some clique has eligible nodes of both roles (the transfer can then go over
-    multi-node NVLink): the scheduler prefers a clique where the peers run, and falls back to
-    any eligible node (RDMA) when none has room. The clique label is the pool's (multi-pod
-    groups) or GPU Feature Discovery's.
+    Whenever this role's own eligible nodes are in a clique, whatever the other role's layout:
+    the scheduler prefers a clique where the peers run (the transfer can then go over
+    multi-node NVLink) and falls back to any eligible node (RDMA) when none has room or the
+    peers run in no clique (a preferred term no node satisfies scores nothing). Tying it to
+    the other role's nodes would make a decode-only layout edit rewrite, and roll, the prefill
+    pool. The clique label is the pool's (multi-pod groups) or GPU Feature Discovery's.
     """
     transfer = res.kv_transfer
-    if transfer is None or not transfer.nvlink:
+    if transfer is None or not transfer.own_clique:
         return None
     return {
         "weight": 50,

@@ -32,6 +32,7 @@ from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.roles import ROLE_KINDS
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import (
+    ENGINES_POLICY_SUFFIX,
     LABEL_COMPONENT,
     LABEL_ENDPOINT,
     LABEL_INSTANCE,
@@ -282,7 +283,9 @@ def engine_policy(
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _metadata(workload, workload.name + "-engines", {LABEL_COMPONENT: "network"}),
+        "metadata": _metadata(
+            workload, workload.name + ENGINES_POLICY_SUFFIX, {LABEL_COMPONENT: "network"}
+        ),
         "spec": {
             "podSelector": {"matchLabels": selector_labels(workload)},
             "policyTypes": ["Ingress"],

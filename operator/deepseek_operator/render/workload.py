@@ -18,10 +18,13 @@ from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import (
     ANNOTATION_BACKEND,
     ANNOTATION_SEQUENCE_PARALLEL,
+    CHANNEL_TEMPLATE_SUFFIX,
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_CLAIM,
     COMPUTE_DOMAIN_KIND,
+    COMPUTE_DOMAIN_SUFFIX,
     DRA_API_VERSION,
+    GPU_CLAIM_SUFFIX,
     LABEL_COMPONENT,
     LABEL_ROLE,
     LWS_API_VERSION,
@@ -205,11 +208,10 @@ def service_name(obj: ServingObject) -> str:
     Never ``<name>``: LeaderWorkerSet's controller creates its headless Service under the
     LeaderWorkerSet's name (ours is ``<name>``) only if no Service of that name exists, and the
     workers reach their leader (``LWS_LEADER_ADDRESS``, ``<leader-pod>.<name>.<namespace>``) only
-    through it. Its other names, ``<name>-<group index>`` (subdomain policy UniquePerReplica),
-    end in digits; ``-api`` does not, and admission refuses serving names ending in it, so a
-    serving ``x-api`` (whose LeaderWorkerSet's headless Service would be ``x-api``) never meets
-    serving ``x``'s Service. 44 characters at most (``MAX_NAME_LENGTH`` 40), within a
-    Service name's 63.
+    through it. The one name scheme (``names.CHILD_NAMES``) keeps every child name apart from
+    every other serving's: admission refuses serving names ending in ``-api`` (serving ``x-api``
+    whose headless Service would be ``x-api`` would meet serving ``x``'s Service). 44
+    characters at most (``MAX_NAME_LENGTH`` 40), within a Service name's 63.
     """
     return obj.name + SERVICE_SUFFIX
 
@@ -236,17 +238,17 @@ def render_service(obj: ServingObject, heads_only: bool = False) -> dict[str, An
 def compute_domain_name(obj: ServingObject) -> str:
     """The DeepSeekServing's ComputeDomain (one for both roles of a disaggregated serving, so
     prefill and decode pods share an IMEX domain for KV transfer over multi-node NVLink)."""
-    return f"{obj.serving_name}-imex"
+    return obj.serving_name + COMPUTE_DOMAIN_SUFFIX
 
 
 def channel_template_name(obj: ServingObject) -> str:
     """The ResourceClaimTemplate NVIDIA's driver generates for the ComputeDomain's channel."""
-    return f"{obj.serving_name}-imex-channel"
+    return obj.serving_name + CHANNEL_TEMPLATE_SUFFIX
 
 
 def gpu_claim_name(obj: ServingObject) -> str:
     """The ResourceClaimTemplate every pod of the DeepSeekServing claims its GPUs from."""
-    return f"{obj.name}-gpus"
+    return obj.name + GPU_CLAIM_SUFFIX
 
 
 def render_gpu_claim_template(obj: ServingObject, res: Resolution) -> dict[str, Any]:
