@@ -140,7 +140,10 @@ SERVING_CHILDREN: tuple[tuple[str, str], ...] = (
     ("ResourceClaimTemplate", CHANNEL_TEMPLATE_SUFFIX),
     ("InferencePool", ""),
     # The router's children all take the endpoint Service's name (render/router.py).
-    *((kind, SERVICE_SUFFIX) for kind in ("Deployment", "ServiceAccount", "Role", "RoleBinding")),
+    *(
+        (kind, SERVICE_SUFFIX)
+        for kind in ("Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
+    ),
 )
 """(kind, suffix after the serving's name) of every serving-wide child (a disaggregated
 serving's, or one per serving whatever its layout)."""

@@ -5,8 +5,7 @@ command; this module keeps only the I/O: per-object locks, read-your-writes cach
 events. Node facts and live children come from in-memory indexes (no LIST per reconcile).
 Children are written only when the live object no longer contains the desired one (so a hand
 edit or deletion is restored, and a no-op reconcile writes nothing but, at most, the status).
-A status-only reconcile (asked for by pod events) writes no child at all: pods never restart
-pods.
+A status-only reconcile (asked for by pod events) writes no child: pods never restart pods.
 """
 
 from __future__ import annotations
