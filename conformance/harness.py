@@ -707,6 +707,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             f"vLLM {release:8} capacity layouts {capacity.layouts:4}  pools {capacity.pools:5}  "
             f"mismatches {len(capacity.mismatches):4}  ({time.monotonic() - t0:.0f}s; "
             f"of which V4.1-Flash {capacity.v41_layouts} layouts, {capacity.v41_pools} pools; "
+            f"of which V4-Pro {capacity.pro_layouts} layouts, {capacity.pro_pools} pools; "
             f"MegaMoE routed-expert weights {capacity.weight_checks} layouts; "
             "PP/DCP and V4.1 speculative decoding not covered)"
         )
