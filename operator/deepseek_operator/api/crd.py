@@ -55,6 +55,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.decision.reason",
         "description": "Why the backend was chosen",
     },
+    {
+        "name": "Requests",
+        "type": "string",
+        "jsonPath": ".status.capacity[0].concurrentRequests",
+        "description": "Concurrent requests at maxModelLen one replica holds (first GPU type)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     # A disaggregated serving's backends per role (kubectl get -o wide; empty when aggregated).
     *(
@@ -63,6 +69,16 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
             "type": "string",
             "jsonPath": f'.status.roles[?(@.role=="{role}")].resolved.moeBackend',
             "description": f"MoE backend of the {role} role (disaggregated servings)",
+            "priority": 1,
+        }
+        for role in ("prefill", "decode")
+    ),
+    *(
+        {
+            "name": f"{role.capitalize()}Requests",
+            "type": "string",
+            "jsonPath": f'.status.roles[?(@.role=="{role}")].capacity[0].concurrentRequests',
+            "description": f"Concurrent requests at maxModelLen of one {role} replica",
             "priority": 1,
         }
         for role in ("prefill", "decode")
