@@ -102,3 +102,65 @@ def test_recipes_381_800k_fits_with_a_small_batch_and_high_utilisation() -> None
     (row,) = res.capacity.rows
     assert row.blocks_per_request == 4815
     assert 1 <= row.requests_per_rank < 1.25 and row.dp_ranks == 8
+
+
+def _walk(doc: Any, path: str) -> Any:
+    """The value of a printer column's JSONPath in ``doc`` (the forms the CRD uses: ``.a.b``,
+    ``[0]`` and ``[?(@.k=="v")]``), as kubectl resolves it for one object."""
+    import re
+
+    node = doc
+    for key, index, field, value in re.findall(
+        r'\.(\w+)|\[(\d+)\]|\[\?\(@\.(\w+)=="([^"]+)"\)\]', path
+    ):
+        if key:
+            node = node[key]
+        elif index:
+            node = node[int(index)]
+        else:
+            node = next(item for item in node if item[field] == value)
+    return node
+
+
+def test_the_requests_printer_columns_read_each_roles_concurrency() -> None:
+    from deepseek_operator.api.crd import PRINTER_COLUMNS
+
+    columns = {c["name"]: c for c in PRINTER_COLUMNS}
+    p = plan(parse_serving(_example()), _nodes("nodes-gb200-nvl72.yaml"), Observed.offline(), NOW)
+    doc = {"status": p.status.model_dump(by_alias=True, exclude_none=True)}
+    for role in ("prefill", "decode"):
+        column = columns[f"{role.capitalize()}Requests"]
+        value = _walk(doc, column["jsonPath"])
+        assert value == _role_status(doc["status"], role)["capacity"][0]["concurrentRequests"]
+        assert column["priority"] == 1  # -o wide
+    # An aggregated serving: the first GPU type's concurrency, in the default columns.
+    res_plan = plan(
+        parse_serving(
+            {
+                "apiVersion": "serving.deepseek-operator.io/v1alpha1",
+                "kind": "DeepSeekServing",
+                "metadata": {"name": "a", "namespace": "llm"},
+                "spec": {
+                    "model": {"name": "deepseek-ai/DeepSeek-V4-Pro"},
+                    "image": "vllm/vllm-openai:v0.33.0",
+                    "moeBackend": "deep_gemm_mega_moe",
+                    "parallelism": {
+                        "tensorParallelSize": 1,
+                        "dataParallelSize": 8,
+                        "dataParallelSizeLocal": 4,
+                        "expertParallel": True,
+                    },
+                    "engine": {"maxModelLen": 131072},
+                    "tolerations": [
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                },
+            }
+        ),
+        _nodes("nodes-gb200-nvl72.yaml"),
+        Observed.offline(),
+        NOW,
+    )
+    aggregated = {"status": res_plan.status.model_dump(by_alias=True, exclude_none=True)}
+    requests = _walk(aggregated, columns["Requests"]["jsonPath"])
+    assert float(requests) > 0 and "priority" not in columns["Requests"]
