@@ -375,7 +375,8 @@ def pod_env(index: int) -> dict[str, str]:
 def render(spec: DeepSeekServingSpec, cc: tuple[int, int]) -> Rendered:
     """Decide on `cc` nodes and render the argv of the head pod (and the first and last worker
     pods), with the pod environment references expanded as Kubernetes would."""
-    res = resolve(spec, inventory(cc))
+    # The argv does not depend on the layout advice: leave its alternative decisions out.
+    res = resolve(spec, inventory(cc), advise=False)
     indexes = sorted({0, *([1, res.pods_per_replica - 1] if res.pods_per_replica > 1 else [])})
     argv = []
     for index in indexes:
