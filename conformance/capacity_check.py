@@ -32,7 +32,13 @@ from typing import Any
 
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.catalog.capacity import MIB, PRODUCT_MEMORY_MIB, KvGroup, find_geometry
+from deepseek_operator.catalog.capacity import (
+    MIB,
+    PRODUCT_MEMORY_MIB,
+    V4_PRO_RATIOS,
+    KvGroup,
+    find_geometry,
+)
 from deepseek_operator.engine import capacity as C
 from deepseek_operator.engine import kv_cache as K
 from deepseek_operator.engine.model_facts import model_facts
@@ -40,6 +46,7 @@ from deepseek_operator.engine.model_facts import model_facts
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
+PRO_MODEL = "deepseek-ai/DeepSeek-V4-Pro"
 V41_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"
 V4_ARCH = "DeepseekV4ForCausalLM"
 V41_ARCH = "DeepseekV41ForCausalLM"
@@ -90,11 +97,29 @@ def _v41_matrix() -> Iterator[tuple[tuple[int, int, bool], str | None, int, int,
         yield LAYOUTS[0], dtype, batched, length, 0
 
 
+# V4-Pro: its own compress ratios (61 layers, no sliding-window-only layer), on the layouts its
+# 865 GB of weights fit (EP over 8 or 16 GPUs), at the contexts its recipes argue about (800K).
+PRO_LAYOUTS = ((8, 1, True), (1, 8, True), (1, 16, True), (2, 4, True))
+PRO_LENGTHS = (32768, 200000, 800000, 1048576)
+
+
+def _pro_matrix() -> Iterator[tuple[tuple[int, int, bool], str | None, int, int, int]]:
+    """V4-Pro: layouts x kvCacheDtype x batched (512, 8192) x maxModelLen, and MTP with 1 and 3
+    drafts on DP8/EP at 8K batched."""
+    for layout, dtype, batched, length in itertools.product(
+        PRO_LAYOUTS, KV_DTYPES, (512, 8192), PRO_LENGTHS
+    ):
+        yield layout, dtype, batched, length, 0
+    for drafts, dtype, length in itertools.product((1, 3), KV_DTYPES, PRO_LENGTHS):
+        yield PRO_LAYOUTS[1], dtype, 8192, length, drafts
+
+
 def capacity_cases(release: str) -> Iterator[CapacityCase]:
     """V4-Flash x layouts x kvCacheDtype x maxNumBatchedTokens x maxModelLen (x MTP), then
-    V4.1-Flash's matrix."""
+    V4-Pro's and V4.1-Flash's matrices."""
     for model, name, matrix in (
         (MODEL, "V4-Flash", _matrix()),
+        (PRO_MODEL, "V4-Pro", _pro_matrix()),
         (V41_MODEL, "V4.1-Flash", _v41_matrix()),
     ):
         for (tp, dp, ep), dtype, batched, length, drafts in matrix:
@@ -118,6 +143,26 @@ def capacity_cases(release: str) -> Iterator[CapacityCase]:
             ident = f"{name}/tp{tp}dp{dp}{'/ep' if ep else ''}/kv:{dtype or 'auto'}"
             ident += f"/mtp{drafts}" if drafts else ""
             yield CapacityCase(f"{ident}/batched{batched}/len{length}", parse_spec(raw))
+    # The rack-scale example's prefill role: V4-Pro DEP8, 32K batched tokens without async
+    # scheduling (one batch in flight, not two).
+    for dtype, length in itertools.product(KV_DTYPES, PRO_LENGTHS):
+        engine: dict[str, Any] = {
+            "maxNumBatchedTokens": 32768,
+            "maxModelLen": length,
+            "extraArgs": ["--no-async-scheduling"],
+        }
+        if dtype is not None:
+            engine["kvCacheDtype"] = dtype
+        raw = {
+            "model": {"name": PRO_MODEL},
+            "image": "vllm/vllm-openai:latest",
+            "vllmVersion": release,
+            "moeBackend": "flashinfer_trtllm",
+            "parallelism": {"tensorParallelSize": 1, "dataParallelSize": 8, "expertParallel": True},
+            "engine": engine,
+        }
+        ident = f"V4-Pro/tp1dp8/ep/kv:{dtype or 'auto'}/no-async/batched32768/len{length}"
+        yield CapacityCase(ident, parse_spec(raw))
 
 
 def group_summary(groups: tuple[KvGroup, ...]) -> list[list[list[Any]]]:
@@ -148,6 +193,8 @@ class CapacityReport:
     pools: int = 0
     v41_layouts: int = 0  # of which V4.1-Flash
     v41_pools: int = 0
+    pro_layouts: int = 0  # of which V4-Pro
+    pro_pools: int = 0
     weight_checks: int = 0  # MegaMoE routed experts per rank, counted on the meta device
     mismatches: list[str] = field(default_factory=list)
     # Why the release cannot be checked at all (its code lacks the planner the oracle calls);
@@ -225,8 +272,8 @@ WEIGHT_LAYOUTS = ((4, 1), (8, 1), (1, 4), (2, 2), (1, 8), (2, 4))
 
 
 def weight_cases(release: str) -> Iterator[tuple[str, DeepSeekServingSpec]]:
-    """V4-Flash and V4.1-Flash on the MegaMoE path, per EP layout."""
-    for model, (tp, dp) in itertools.product((MODEL, V41_MODEL), WEIGHT_LAYOUTS):
+    """V4-Flash, V4-Pro and V4.1-Flash on the MegaMoE path, per EP layout."""
+    for model, (tp, dp) in itertools.product((MODEL, PRO_MODEL, V41_MODEL), WEIGHT_LAYOUTS):
         raw = {
             "model": {"name": model},
             "image": "vllm/vllm-openai:latest",
@@ -296,7 +343,10 @@ def _oracle_case(query: Query) -> dict[str, Any]:
             "num_speculative_tokens", 0
         ),
         "available": query.available,
+        "async_scheduling": K.async_scheduling(spec.engine.extra_args),
     }
+    if spec.model.name == PRO_MODEL:
+        out["compress_ratios"] = list(V4_PRO_RATIOS)
     if query.attention_class is not None:
         cc = query.gpus[0].cc_major
         assert cc is not None
@@ -341,6 +391,7 @@ def check_capacity(release: str, python: Path) -> CapacityReport:
     answers = json.loads(proc.stdout)["answers"]
     report.layouts = len(cases)
     report.v41_layouts = sum(1 for c in cases if c.spec.model.name == V41_MODEL)
+    report.pro_layouts = sum(1 for c in cases if c.spec.model.name == PRO_MODEL)
     answers, weight_answers = answers[: len(queries)], answers[len(queries) :]
     for (ident, spec), answer in zip(weights, weight_answers, strict=True):
         report.weight_checks += 1
@@ -375,6 +426,8 @@ def _pool_mismatches(
         report.pools += 1
         if query.attention_class is not None:
             report.v41_pools += 1
+        if query.case.spec.model.name == PRO_MODEL:
+            report.pro_pools += 1
         _, per_request, blocks = K.kv_blocks(
             query.groups, pool["available"], query.length, query.in_flight, 1, 1
         )

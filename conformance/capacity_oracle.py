@@ -6,7 +6,8 @@ stdin, writes a JSON object with one answer per case (same order) on stdout:
     ~/.cache/deepseek-operator/vllm/0.33.0/bin/python -m conformance.capacity_oracle < cases.json
 
 A case: `{"id", "architecture", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
-"tensor_parallel_size", "data_parallel_size", "available": [bytes, ...]}`; a V4.1 case
+"tensor_parallel_size", "data_parallel_size", "available": [bytes, ...]}` (a V4 case may add the
+checkpoint's `compress_ratios`, default V4-Flash's, and `async_scheduling`, default true); a V4.1 case
 (`DeepseekV41ForCausalLM`) may add `gpu_capability` ([major, minor], default [10, 0]) and
 `attention_backend` (an `AttentionBackendEnum` name; default: the release's own choice, with
 mega attention's kernel check answered as on a GPU build, so SM100 gets mega attention where its
@@ -16,8 +17,8 @@ with the bytes of the parameters the release's MegaMoE expert class creates for 
 on the meta device.
 
 How the specs are built on CPU: the release's own cache layers (`DeepseekV4SWACache`,
-`CompressorStateCache`, `DeepseekV4IndexerCache`) are constructed per layer of V4-Flash's
-compress ratios with the arguments `DeepseekV4Attention.__init__` / `DeepseekCompressor.__init__` /
+`CompressorStateCache`, `DeepseekV4IndexerCache`) are constructed per layer of the checkpoint's
+compress ratios (V4-Flash's, or V4-Pro's) with the arguments `DeepseekV4Attention.__init__` / `DeepseekCompressor.__init__` /
 `DeepseekV4Indexer.__init__` pass them (head_dim 512, window 128, state_dim 2 x coff x head_dim,
 indexer head 128 + 4 scale bytes per 128), and the compressed-KV spec comes from
 `DeepseekV4Attention.get_kv_cache_spec` itself. The attention class is the release's CUDA class
@@ -80,7 +81,9 @@ except ModuleNotFoundError:
 GLOBAL_GROUPS = getattr(planning, "get_global_kv_cache_groups", None)
 
 V4_ARCH = "DeepseekV4ForCausalLM"
-# V4-Flash (HF config): compress ratios per layer, head_dim, sliding window, indexer head.
+# V4-Flash (HF config): compress ratios per layer, head_dim, sliding window, indexer head. A case
+# may give another V4 checkpoint's `compress_ratios` (V4-Pro: 61 layers, [128, 128, 4] +
+# [128, 4] * 29); head, window and indexer dimensions are the same.
 V4_FLASH_RATIOS = [0, 0, 4] + [128, 4] * 20
 HEAD_DIM = 512
 WINDOW = 128
@@ -167,7 +170,7 @@ def stand_in(case: dict[str, Any], block_size: int, cache_dtype: str) -> StandIn
         scheduler_config=SimpleNamespace(
             max_num_batched_tokens=case["max_num_batched_tokens"],
             disable_hybrid_kv_cache_manager=False,
-            async_scheduling=True,
+            async_scheduling=case.get("async_scheduling", True),
             max_num_seqs=256,
         ),
         parallel_config=SimpleNamespace(
@@ -200,7 +203,7 @@ def v4_specs(case: dict[str, Any]) -> tuple[dict[str, Any], StandInConfig, list[
     ):
         # The MTP draft layer (index num_hidden_layers) has compress ratio 1: a SWA cache only.
         drafts = [1] if config.speculative_config is not None else []
-        for index, ratio in enumerate(V4_FLASH_RATIOS + drafts):
+        for index, ratio in enumerate(list(case.get("compress_ratios", V4_FLASH_RATIOS)) + drafts):
             prefix = f"model.layers.{index}.attn"
             swa = sparse_swa.DeepseekV4SWACache(
                 head_dim=HEAD_DIM,

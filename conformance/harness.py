@@ -375,7 +375,8 @@ def pod_env(index: int) -> dict[str, str]:
 def render(spec: DeepSeekServingSpec, cc: tuple[int, int]) -> Rendered:
     """Decide on `cc` nodes and render the argv of the head pod (and the first and last worker
     pods), with the pod environment references expanded as Kubernetes would."""
-    res = resolve(spec, inventory(cc))
+    # The argv does not depend on the layout advice: leave its alternative decisions out.
+    res = resolve(spec, inventory(cc), advise=False)
     indexes = sorted({0, *([1, res.pods_per_replica - 1] if res.pods_per_replica > 1 else [])})
     argv = []
     for index in indexes:
@@ -707,6 +708,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             f"vLLM {release:8} capacity layouts {capacity.layouts:4}  pools {capacity.pools:5}  "
             f"mismatches {len(capacity.mismatches):4}  ({time.monotonic() - t0:.0f}s; "
             f"of which V4.1-Flash {capacity.v41_layouts} layouts, {capacity.v41_pools} pools; "
+            f"of which V4-Pro {capacity.pro_layouts} layouts, {capacity.pro_pools} pools; "
             f"MegaMoE routed-expert weights {capacity.weight_checks} layouts; "
             "PP/DCP and V4.1 speculative decoding not covered)"
         )

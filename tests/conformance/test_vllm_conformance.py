@@ -1,8 +1,8 @@
 """Conformance with the newest supported vLLM release, run by `make test` (all releases:
 `make conformance`): the harness renders ~1,200 DeepSeekServings with our renderer and asks the
 release's own parser and guards (conformance/oracle.py, in the release's cached virtualenv) about
-each on five GPU generations, and 592 capacity layouts (288 V4-Flash, 304 V4.1-Flash, asked per
-GPU) to the release's own KV planner and the MegaMoE routed experts to its own expert class on
+each on five GPU generations, and 724 capacity layouts (288 V4-Flash, 132 V4-Pro with its own
+compress ratios, 304 V4.1-Flash, asked per GPU) to the release's own KV planner and the MegaMoE routed experts to its own expert class on
 the meta device (conformance/capacity_check.py); any disagreement fails with the spec that shows
 it.
 
@@ -55,8 +55,9 @@ def test_newest_release_conforms() -> None:
     pools = int(row.split("pools")[1].split()[0])
     assert layouts >= 200 and pools >= 4 * layouts, row
     v41 = int(row.split("of which V4.1-Flash")[1].split()[0])
+    pro = int(row.split("of which V4-Pro")[1].split()[0])
     weights = int(row.split("MegaMoE routed-expert weights")[1].split()[0])
-    assert v41 >= 200 and weights >= 12, row
+    assert v41 >= 200 and pro >= 100 and weights >= 18, row
 
 
 def test_newest_release_conforms_for_prefill_decode_pairs() -> None:

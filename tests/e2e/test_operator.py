@@ -101,6 +101,9 @@ def test_seed_on_gb200_selects_mega_moe_schedules_and_becomes_ready(
     header, row = table.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "BACKEND", "SP", "READY"]
     assert row.split()[1:4] == ["deep_gemm_mega_moe", "true", "True"]
+    # REQUESTS: the requests at maxModelLen one replica holds, as the API server prints it.
+    assert header.split()[5] == "REQUESTS"
+    assert row.split()[5] == obj["status"]["capacity"][0]["concurrentRequests"]
 
 
 def test_mixed_pool_lands_only_on_gb200(

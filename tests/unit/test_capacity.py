@@ -211,7 +211,16 @@ def test_unknown_kv_dtype_and_checkpoint_are_named_not_guessed() -> None:
     s = spec(engine={"kvCacheDtype": "int3"})
     got = C.capacity(s, model_facts(s.model), "0.33.0", False, GB200)
     assert isinstance(got, C.Unknown) and "spec.engine.kvCacheDtype 'int3'" in got.reason
-    s = spec(model={"name": "deepseek-ai/DeepSeek-V4-Pro"})
+    s = spec(
+        model={
+            "name": "acme/DeepSeek-V4-Custom",
+            "architecture": "DeepseekV4ForCausalLM",
+            "expertDtype": "fp4",
+            "hiddenSize": 4096,
+            "moeIntermediateSize": 2048,
+            "numRoutedExperts": 256,
+        }
+    )
     got = C.capacity(s, model_facts(s.model), "0.33.0", False, GB200)
     assert isinstance(got, C.Unknown) and "no capacity geometry" in got.reason
 
@@ -353,3 +362,88 @@ def test_attention_backends_the_model_cannot_follow_say_why() -> None:
     assert "--attention-config in extraArgs is not modelled" in str(
         K.kv_layout(geometry, config, "0.33.0", 10)
     )
+
+
+# V4-Pro: 61 layers with compress ratios [128, 128, 4] + [128, 4] x 29 (its config.json).
+V4_PRO = "deepseek-ai/DeepSeek-V4-Pro"
+
+
+def test_v4_pro_groups_follow_its_compress_ratios() -> None:
+    from deepseek_operator.catalog.capacity import V4_PRO_RATIOS, find_geometry
+
+    assert len(V4_PRO_RATIOS) == 61
+    assert (V4_PRO_RATIOS.count(4), V4_PRO_RATIOS.count(128)) == (30, 31)
+    geometry = find_geometry(V4_PRO)
+    assert geometry is not None and geometry.kv_groups is not None
+    groups = geometry.kv_groups["packed"]
+    # Two SWA groups (31 + 30 of its 61 layers; 31 + 31 with the MTP draft layer), the
+    # compressed KV with the indexer caches, then the ratio-128 states before the ratio-4 ones
+    # (the planner keeps the order in which the layers first appear: layer 0 is ratio 128).
+    assert [g.layers[0][1] for g in groups[:2]] == [31, 30]
+    assert [g.layers[0][1] for g in geometry.kv_groups["packed+mtp"][:2]] == [31, 31]
+    assert [s.window for s, _ in groups[3].layers] == [128]
+    assert [s.window for s, _ in groups[4].layers] == [8, 8]
+    assert find_geometry("deepseek-ai/DeepSeek-V4-Pro-Base") is geometry
+
+
+@pytest.mark.parametrize(
+    ("length", "expected"),
+    [
+        # vLLM 0.33.0's planner on V4-Pro's cache layers (conformance/capacity_oracle.py with
+        # V4-Pro's compress ratios): 60 GiB of KV room, 8K batched tokens, fp8_ds_mla.
+        (1_048_576, (1_435_968, 10_778, 44_864, 4.162553349415476)),
+        (800_000, (1_435_968, 9_807, 44_864, 4.574691546854288)),
+    ],
+)
+def test_v4_pro_block_pool_equals_vllms_planner(
+    length: int, expected: tuple[int, int, int, float]
+) -> None:
+    from deepseek_operator.catalog.capacity import find_geometry
+
+    geometry = find_geometry(V4_PRO)
+    assert geometry is not None and geometry.kv_groups is not None
+    block, per_request, blocks = K.kv_blocks(
+        geometry.kv_groups["packed"], 60 * GIB, length, 2 * 8192, 1, 1
+    )
+    assert (block, per_request, blocks, K.pool_concurrency(blocks, per_request)) == expected
+
+
+def test_v4_pro_weights_per_gpu_on_dp8() -> None:
+    # 865 GB stored: over EP8 the FP4 routed experts are 95.7 GiB per GPU; attention and the
+    # embedding are whole on every DP rank (TP 1).
+    cap = _cap(
+        "0.33.0",
+        False,
+        H200,
+        model={"name": V4_PRO},
+        parallelism={"tensorParallelSize": 1, "dataParallelSize": 8, "expertParallel": True},
+    )
+    assert round(cap.weights.routed / GIB, 1) == 95.7
+    assert 23 < cap.weights.dense / GIB < 24
+    assert 122 < cap.weights.total / GIB < 124
+
+
+def test_v4_pro_base_stores_fp8_experts() -> None:
+    base = _cap(
+        "0.33.0",
+        False,
+        GB200,
+        model={"name": "deepseek-ai/DeepSeek-V4-Pro-Base"},
+        parallelism={"tensorParallelSize": 1, "dataParallelSize": 16, "expertParallel": True},
+    )
+    pro = _cap(
+        "0.33.0",
+        False,
+        GB200,
+        model={"name": V4_PRO},
+        parallelism={"tensorParallelSize": 1, "dataParallelSize": 16, "expertParallel": True},
+    )
+    assert 1.8 < base.weights.routed / pro.weights.routed < 1.9  # 1 B + scales vs 0.53 B
+
+
+def test_no_async_scheduling_keeps_one_batch_in_flight() -> None:
+    # vLLM 0.33.0 config/vllm.py max_concurrent_batches: 2 with async scheduling (PP 1), else 1.
+    assert K.max_concurrent_batches(spec()) == 2
+    assert K.max_concurrent_batches(spec(engine={"extraArgs": ["--no-async-scheduling"]})) == 1
+    again = spec(engine={"extraArgs": ["--no-async-scheduling", "--async-scheduling"]})
+    assert K.max_concurrent_batches(again) == 2

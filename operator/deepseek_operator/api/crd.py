@@ -58,6 +58,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Why the backend was chosen",
     },
     {
+        "name": "Requests",
+        "type": "string",
+        "jsonPath": ".status.capacity[0].concurrentRequests",
+        "description": "Concurrent requests at maxModelLen one replica holds (first GPU type)",
+    },
+    {
         "name": "Router",
         "type": "integer",
         "jsonPath": ".status.router.readyReplicas",
@@ -77,6 +83,16 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
             "type": "string",
             "jsonPath": f'.status.roles[?(@.role=="{role}")].resolved.moeBackend',
             "description": f"MoE backend of the {role} role (disaggregated servings)",
+            "priority": 1,
+        }
+        for role in ("prefill", "decode")
+    ),
+    *(
+        {
+            "name": f"{role.capitalize()}Requests",
+            "type": "string",
+            "jsonPath": f'.status.roles[?(@.role=="{role}")].capacity[0].concurrentRequests',
+            "description": f"Concurrent requests at maxModelLen of one {role} replica",
             "priority": 1,
         }
         for role in ("prefill", "decode")

@@ -126,6 +126,28 @@ class GroupStatus(ApiModel):
     """Pods the group has (pods per replica)."""
 
 
+class LayoutOptionStatus(ApiModel):
+    """Another split of the same GPUs per replica that the decision rules accept, and what it holds."""
+
+    tensor_parallel_size: int
+    """parallelism.tensorParallelSize of this layout."""
+
+    data_parallel_size: int
+    """parallelism.dataParallelSize of this layout."""
+
+    expert_parallel: bool
+    """parallelism.expertParallel of this layout."""
+
+    concurrent_requests: str
+    """Requests at maxModelLen one replica of this layout holds on this GPU type."""
+
+    kv_layout: str = ""
+    """Whose KV cache groups the figure is from (V4.1: the attention class the layout implies)."""
+
+    chosen: bool = False
+    """The layout the spec asks for (the operator never changes it)."""
+
+
 class CapacityStatus(ApiModel):
     """What one replica leaves for the KV cache on one GPU type, as the capacity model computes it."""
 
@@ -158,6 +180,9 @@ class CapacityStatus(ApiModel):
 
     max_model_len: int
     """The context length the figures are for (engine.maxModelLen or the model's)."""
+
+    layouts: list[LayoutOptionStatus] | None = None
+    """The TP / DP / EP splits of the same GPUs per replica that the decision rules accept, the chosen one included, best first (single-pod replicas without pipeline or context parallelism)."""
 
 
 class EndpointStatus(ApiModel):

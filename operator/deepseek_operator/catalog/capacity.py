@@ -99,76 +99,99 @@ class CapacityGeometry:
     kv_layout: str | None = None
 
 
-# V4-Flash (models/deepseek_v4/attention.py + compressor.py, 0.33.0): 43 layers with compress
-# ratios [0, 0, 4] + [128, 4] * 20. Every layer keeps a 128-token sliding window of 584 B
-# fp8_ds_mla records (448 fp8 NoPE + 128 B RoPE + 8 B scale); ratio-4 layers store a compressed
-# record per 4 tokens and a 132 B fp8 indexer record per compressed token; ratio-128 layers one
-# record per 128 tokens. The fp32 compressor state is 2 * coff * 512 wide (coff 2 for ratio 4,
-# 1 for ratio 128) with a sliding window of coff * ratio tokens.
-_V4_FLASH_PACKED = (
-    KvRecord("swa", 43, 584, window=128),
-    KvRecord("c4", 21, 584, tokens_per_state=4),
-    KvRecord("c4-indexer", 21, 132, tokens_per_state=4),
-    KvRecord("c128", 20, 584, tokens_per_state=128),
-    KvRecord("c4-state", 21, 2 * 2 * 512 * 4, window=8),
-    KvRecord("c128-state", 20, 2 * 1 * 512 * 4, window=128),
-)
-_V4_FLASH_BF16 = tuple(
-    KvRecord(r.name, r.layers, 1024, r.tokens_per_state, r.window, r.circular_rows)
-    if r.bytes_per_state == 584
-    else r
-    for r in _V4_FLASH_PACKED
-)
+# V4 (models/deepseek_v4/attention.py + compressor.py, 0.33.0): every layer keeps a 128-token
+# sliding window of 584 B fp8_ds_mla records (448 fp8 NoPE + 128 B RoPE + 8 B scale); ratio-4
+# layers store a compressed record per 4 tokens and a 132 B fp8 indexer record per compressed
+# token; ratio-128 layers one record per 128 tokens. The fp32 compressor state is 2 * coff * 512
+# wide (coff 2 for ratio 4, 1 for ratio 128) with a sliding window of coff * ratio tokens.
 
 
-def _v4_flash_groups(
-    pages: tuple[int, int, int, int, int, int, int], mtp: bool
+def _v4_groups(
+    ratios: tuple[int, ...],
+    pages: tuple[int, int, int, int, int, int, int],
+    mtp: bool,
 ) -> tuple[KvGroup, ...]:
-    """V4-Flash's KV cache groups in vLLM 0.33.0 given each spec's page bytes (SWA, ratio-4 KV,
-    indexer, ratio-128 KV, ratio-4 state, indexer state, ratio-128 state).
+    """A V4 checkpoint's KV cache groups in vLLM 0.33.0, from its compress ratios and each spec's
+    page bytes (SWA, ratio-4 KV, indexer, ratio-128 KV, ratio-4 state, indexer state, ratio-128
+    state).
 
-    The planner splits the 43 sliding-window (SWA) layers into groups of 22 and 21 (with MTP
-    speculative decoding the draft layer, compress ratio 1, adds a 44th SWA cache: 22 and 22),
-    puts the compressed KV of the 21 ratio-4 and 20 ratio-128 layers with the 21 indexer caches in one
-    full-attention group (256-token blocks: 64 ratio-4 or 2 ratio-128 states), the ratio-4
-    compressor states (21 for the KV, 21 for the indexer; window 8, 4-token blocks) in one and the
-    20 ratio-128 compressor states (window 128, 8-token blocks) in another.
+    Every layer keeps a sliding-window (SWA) cache (with MTP speculative decoding the draft
+    layer, compress ratio 1, adds one more); one full-attention group holds the compressed KV of
+    the ratio-4 and ratio-128 layers with the ratio-4 layers' indexer caches (256-token blocks:
+    64 ratio-4 or 2 ratio-128 states); the ratio-4 compressor states (the KV's and the
+    indexer's; window 8, 4-token blocks) form one group and the ratio-128 states (window 128,
+    8-token blocks) another. The planner packs block-outermost: the widest group sets the block
+    and the SWA caches split into as many groups as that block holds, dealt out round-robin
+    (V4-Flash: 22 + 21; V4-Pro: 31 + 30).
     """
     swa, c4, indexer, c128, c4_state, indexer_state, c128_state = pages
+    n4 = sum(1 for r in ratios if r == 4)
+    n128 = sum(1 for r in ratios if r == 128)
     window = KvLayerSpec("sliding", 64, swa, 128)
-    return (
-        KvGroup(((window, 22),)),
-        KvGroup(((window, 22 if mtp else 21),)),
-        KvGroup(
-            (
-                (KvLayerSpec("full", 256, c4), 21),
-                (KvLayerSpec("full", 256, indexer), 21),
-                (KvLayerSpec("full", 256, c128), 20),
-            )
-        ),
-        KvGroup(
-            (
-                (KvLayerSpec("sliding", 4, c4_state, 8), 21),
-                (KvLayerSpec("sliding", 4, indexer_state, 8), 21),
-            )
-        ),
-        KvGroup(((KvLayerSpec("sliding", 8, c128_state, 128), 20),)),
+    full = KvGroup(
+        (
+            (KvLayerSpec("full", 256, c4), n4),
+            (KvLayerSpec("full", 256, indexer), n4),
+            (KvLayerSpec("full", 256, c128), n128),
+        )
     )
+    states4 = KvGroup(
+        (
+            (KvLayerSpec("sliding", 4, c4_state, 8), n4),
+            (KvLayerSpec("sliding", 4, indexer_state, 8), n4),
+        )
+    )
+    states128 = KvGroup(((KvLayerSpec("sliding", 8, c128_state, 128), n128),))
+    layers = len(ratios) + (1 if mtp else 0)
+    anchor = max(full.page_bytes, states4.page_bytes, states128.page_bytes)
+    split = -(-layers // max(anchor // swa, 1))
+    swa_groups = tuple(KvGroup(((window, len(range(i, layers, split))),)) for i in range(split))
+    # The state groups come in the order their ratio first appears (V4-Pro starts at 128).
+    states = (states4, states128) if ratios.index(4) < ratios.index(128) else (states128, states4)
+    return (*swa_groups, full, *states)
 
 
 # Page bytes (vLLM 0.33.0 page_size_bytes): fp8_ds_mla pads 584 B records to a 576 B multiple
 # (64 x 584 -> 37440; 2 x 584 -> 1728; 64 x 132 indexer -> 8640), fp32 compressor states are
 # 4 x 2 x 2 x 512 x 4 B (ratio 4) and 8 x 2 x 512 x 4 B (ratio 128) padded the same way; bf16 rows
-# are 1024 B per state with 512 B alignment.
-_V4_FLASH_PAGES = {
+# are 1024 B per state with 512 B alignment. V4-Pro has the same head and indexer dimensions.
+_V4_PAGES = {
     "packed": (37440, 37440, 8640, 1728, 32832, 8640, 32832),
     "bf16": (65536, 65536, 8704, 2048, 32768, 8192, 32768),
 }
-_V4_FLASH_GROUPS = {
-    family + suffix: _v4_flash_groups(pages, mtp=bool(suffix))
-    for family, pages in _V4_FLASH_PAGES.items()
-    for suffix in ("", MTP_SUFFIX)
-}
+
+
+def _v4_all_groups(ratios: tuple[int, ...]) -> dict[str, tuple[KvGroup, ...]]:
+    """``kv_groups`` of a V4 checkpoint: per kvCacheDtype family, with and without MTP."""
+    return {
+        family + suffix: _v4_groups(ratios, pages, mtp=bool(suffix))
+        for family, pages in _V4_PAGES.items()
+        for suffix in ("", MTP_SUFFIX)
+    }
+
+
+# V4-Flash's config.json: compress_ratios [0, 0, 4] + [128, 4] * 20 over its 43 layers.
+V4_FLASH_RATIOS = (0, 0, 4, *([128, 4] * 20))
+# V4-Pro's config.json: 61 layers, compress_ratios [128, 128, 4] + [128, 4] * 29: no
+# sliding-window-only layer, 30 ratio-4 (with the indexer) and 31 ratio-128 layers.
+V4_PRO_RATIOS = (128, 128, 4, *([128, 4] * 29))
+_V4_FLASH_GROUPS = _v4_all_groups(V4_FLASH_RATIOS)
+_V4_PRO_GROUPS = _v4_all_groups(V4_PRO_RATIOS)
+
+
+def _v4_records(ratios: tuple[int, ...], bytes_per_state: int) -> tuple[KvRecord, ...]:
+    """The per-token estimate's records of a V4 checkpoint (only where no groups are known)."""
+    n4 = sum(1 for r in ratios if r == 4)
+    n128 = sum(1 for r in ratios if r == 128)
+    return (
+        KvRecord("swa", len(ratios), bytes_per_state, window=128),
+        KvRecord("c4", n4, bytes_per_state, tokens_per_state=4),
+        KvRecord("c4-indexer", n4, 132, tokens_per_state=4),
+        KvRecord("c128", n128, bytes_per_state, tokens_per_state=128),
+        KvRecord("c4-state", n4, 2 * 2 * 512 * 4, window=8),
+        KvRecord("c128-state", n128, 2 * 1 * 512 * 4, window=128),
+    )
+
 
 # V4.1-Flash's per-token estimate, kept only where catalog/capacity_v41.py has no layout (V4.1
 # speculative decoding, PP / PCP / DCP, GPUs other than SM90 / SM100); it holds more requests than
@@ -200,7 +223,10 @@ GEOMETRY: dict[str, CapacityGeometry] = {
         max_model_len=1_048_576,
         dense_bytes=7 * 10**9 - 43 * 3 * 4096 * 2048 + 129280 * 4096 * 2 * 2,
         draft_layers=1,
-        kv_records={"packed": _V4_FLASH_PACKED, "bf16": _V4_FLASH_BF16},
+        kv_records={
+            "packed": _v4_records(V4_FLASH_RATIOS, 584),
+            "bf16": _v4_records(V4_FLASH_RATIOS, 1024),
+        },
         source="HF config (43 layers, top-6, 1 shared expert, 1M positions); 284B parameters",
         kv_groups=_V4_FLASH_GROUPS,
     ),
@@ -220,6 +246,34 @@ GEOMETRY: dict[str, CapacityGeometry] = {
     ),
 }
 GEOMETRY["deepseek-ai/DeepSeek-V4-Flash-Base"] = GEOMETRY["deepseek-ai/DeepSeek-V4-Flash"]
+
+# V4-Pro's config.json (the same fields for V4-Pro-Base, whose experts are FP8 instead of FP4:
+# the capacity model takes the expert dtype from the checkpoint facts): 61 layers, hidden 7168,
+# 384 routed experts (moe_intermediate_size 3072) top-6 plus 1 shared expert, one MTP layer
+# (num_nextn_predict_layers 1), head_dim 512, sliding_window 128, index_head_dim 128,
+# max_position_embeddings 1048576, compress_ratios V4_PRO_RATIOS.
+# INFERRED dense part: the checkpoint's stored 865 GB (vllm-project/recipes#779) minus the FP4
+# routed experts and FP8 shared experts of its 61 + 1 MTP layers; what is left (attention,
+# compressors, indexers, norms, routers, the BF16 embedding and LM head) is ~25 GB.
+_PRO_EXPERT_ELEMENTS = 3 * 7168 * 3072
+GEOMETRY["deepseek-ai/DeepSeek-V4-Pro"] = CapacityGeometry(
+    num_layers=61,
+    top_k=6,
+    n_shared_experts=1,
+    max_model_len=1_048_576,
+    dense_bytes=865 * 10**9 - 62 * (384 * _PRO_EXPERT_ELEMENTS * 17 // 32 + _PRO_EXPERT_ELEMENTS),
+    draft_layers=1,
+    kv_records={
+        "packed": _v4_records(V4_PRO_RATIOS, 584),
+        "bf16": _v4_records(V4_PRO_RATIOS, 1024),
+    },
+    source=(
+        "HF config (61 layers, compress ratios [128, 128, 4] + [128, 4] x 29, top-6, 1 shared "
+        "expert, 1M positions); 865 GB stored"
+    ),
+    kv_groups=_V4_PRO_GROUPS,
+)
+GEOMETRY["deepseek-ai/DeepSeek-V4-Pro-Base"] = GEOMETRY["deepseek-ai/DeepSeek-V4-Pro"]
 
 # kvCacheDtype values that keep the packed records (vLLM maps auto / fp8 to fp8_ds_mla for these
 # models) and those that store BF16 latents.

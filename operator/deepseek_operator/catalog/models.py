@@ -71,6 +71,19 @@ CHECKPOINTS: tuple[CheckpointFacts, ...] = (
         num_draft_routed_experts=384,
         min_vllm="0.20.0",
     ),
+    # V4-Pro-Base: V4-Pro's geometry, stored "FP8 throughout" (the Hugging Face DeepSeek V4
+    # release post, huggingface/blog#3363), so like V4-Flash-Base its experts are FP8.
+    CheckpointFacts(
+        name="deepseek-ai/DeepSeek-V4-Pro-Base",
+        architecture=V4_ARCH,
+        expert_dtype="fp8",
+        scoring_func="sqrtsoftplus",
+        hidden_size=7168,
+        moe_intermediate_size=3072,
+        num_routed_experts=384,
+        num_draft_routed_experts=384,
+        min_vllm="0.20.0",
+    ),
     # docs/decision-rules.md: V4.1-Flash 769B/15.5B active, hidden 5120, moe_intermediate_size 2304,
     # 384 routed experts top-6; DSpark drafter 128 experts top-3; quantization_config
     # expert_dtype fp4; recipe DeepSeek-V4.1-Flash.yaml (min vLLM 0.30.0).

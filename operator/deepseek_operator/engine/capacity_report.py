@@ -45,6 +45,34 @@ def breakdown(cap: Capacity) -> str:
     )
 
 
+@dataclass(frozen=True)
+class LayoutOption:
+    """One TP / DP / EP split of the replica's GPUs on one GPU type and what it holds (the
+    layout advice of engine/layout_advice.py)."""
+
+    tensor_parallel: int
+    data_parallel: int
+    expert_parallel: bool
+    gpu_product: str
+    concurrent_requests: float  # at maxModelLen, over the replica's DP ranks
+    kv_layout: str  # whose KV groups (V4.1: the attention class this layout implies)
+    chosen: bool  # the user's own layout
+
+    @property
+    def name(self) -> str:
+        """'TP1 x DP8 + EP' for people."""
+        ep = " + EP" if self.expert_parallel else ""
+        return f"TP{self.tensor_parallel} x DP{self.data_parallel}{ep}"
+
+    @property
+    def fields(self) -> str:
+        """The spec fields that pick this layout."""
+        return (
+            f"parallelism.tensorParallelSize {self.tensor_parallel}, dataParallelSize "
+            f"{self.data_parallel}, expertParallel {str(self.expert_parallel).lower()}"
+        )
+
+
 KV_CACHE_CAPACITY = "KVCacheCapacity"
 MEGA_MOE_PATH = "deep_gemm_mega_moe"
 FUSED_MOE_PATH = "FusedMoE"
@@ -60,6 +88,8 @@ class CapacityReport:
     unknown: str = ""  # why no figures: the geometry, a fact or the GPU memory is unknown
     min_requests: int = 1  # what every row is held to: spec.capacity.minConcurrentRequests or 1
     refused: str = ""  # a spec the model refuses outright (maxModelLen beyond the checkpoint's)
+    # The layouts of the same GPUs the decision rules accept, best first (engine/layout_advice.py).
+    layouts: tuple[LayoutOption, ...] = ()
 
     @property
     def path(self) -> str:

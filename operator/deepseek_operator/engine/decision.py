@@ -24,8 +24,9 @@ from typing import Any
 
 from deepseek_operator.api.backends import AUTO
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.engine import node_checks
+from deepseek_operator.engine import layout_advice, node_checks
 from deepseek_operator.engine.capacity_fit import with_capacity
+from deepseek_operator.engine.capacity_report import CapacityReport
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.deciders import (
     decide_auto,
@@ -51,6 +52,7 @@ def resolve(
     apis: ClusterApis | None = None,
     kv_role: str | None = None,
     owner: ClaimOwner | None = None,
+    advise: bool = True,
 ) -> Resolution:
     """Decide the MoE backend, sequence parallelism and placement for ``spec`` on ``inventory``.
 
@@ -59,7 +61,8 @@ def resolve(
     serves: LeaderWorkerSet, NVIDIA's ComputeDomain). ``kv_role``: the role of a disaggregated
     serving whose projected spec ``spec`` is (its KV-transfer refusals are checked too).
     ``owner``: the serving's workloads, whose pods' ResourceClaims hold DRA devices that are
-    free for it (devices any other claim holds are not).
+    free for it (devices any other claim holds are not). ``advise``: list the other layouts of
+    the same GPUs the decision rules accept in the capacity report (engine/layout_advice.py).
     """
     apis = apis or ClusterApis()
     facts = model_facts(spec.model)
@@ -109,11 +112,42 @@ def resolve(
     else:
         res = decide_explicit_other(inputs, requested)
     res = with_capacity(inputs, res)
+    if advise and not multi_pod and res.capacity is not None and res.capacity.rows:
+        res = _with_layout_advice(res, spec, inventory, apis, kv_role, owner)
     if claims_gpus(spec, cands, res):
         res = dataclasses.replace(res, gpu_claims=True)
     if not multi_pod:
         return res
     return _multi_pod(res, inputs, apis)
+
+
+def _with_layout_advice(
+    res: Resolution,
+    spec: DeepSeekServingSpec,
+    inventory: NodeInventory,
+    apis: ClusterApis,
+    kv_role: str | None,
+    owner: ClaimOwner | None,
+) -> Resolution:
+    """``res`` with the layouts of the same GPUs that the decision rules accept: each alternative
+    is decided as the user's spec is (its backend runs and its replicas place), never applied."""
+    assert res.capacity is not None
+    if not layout_advice.advisable(spec):
+        return res
+
+    claim = inventory.claim_key(owner)
+
+    def decide(alternative: DeepSeekServingSpec) -> CapacityReport | None:
+        def run() -> CapacityReport | None:
+            out = resolve(alternative, inventory, None, apis, kv_role, owner, advise=False)
+            return out.capacity if out.backend_runnable and out.placement.placeable else None
+
+        # Servings of one spec on one inventory share their alternatives' decisions.
+        key = ("layout-advice", alternative.model_dump_json(), apis, kv_role, claim)
+        return inventory.memoized(key, run)
+
+    layouts = layout_advice.options(spec, res.capacity, decide)
+    return dataclasses.replace(res, capacity=dataclasses.replace(res.capacity, layouts=layouts))
 
 
 def claims_gpus(spec: DeepSeekServingSpec, cands: Sequence[NodeFacts], res: Resolution) -> bool:

@@ -187,10 +187,25 @@ def kv_blocks(
     return bytes_per_block, per_request, max(kv_bytes, 0) // bytes_per_block
 
 
+def async_scheduling(extra_args: Sequence[str]) -> bool:
+    """Whether vLLM schedules asynchronously: on unless ``--no-async-scheduling`` in
+    ``extraArgs`` has the last word (argparse's ``BooleanOptionalAction``)."""
+    on = True
+    for arg in extra_args:
+        name = arg.partition("=")[0]
+        if name == "--no-async-scheduling":
+            on = False
+        elif name == "--async-scheduling":
+            on = True
+    return on
+
+
 def max_concurrent_batches(spec: DeepSeekServingSpec) -> int:
-    """vLLM's ``max_concurrent_batches``: 2 with async scheduling at PP 1, else the PP size."""
+    """vLLM 0.33.0's ``max_concurrent_batches`` (config/vllm.py, V1 model runner): 2 with async
+    scheduling at PP 1, else the PP size (1 without async scheduling: a prefill pool that runs
+    ``--no-async-scheduling`` halves every sliding-window reservation)."""
     pp = spec.parallelism.pipeline_parallel_size
-    return 2 if pp == 1 else pp
+    return 2 if pp == 1 and async_scheduling(spec.engine.extra_args) else pp
 
 
 def per_request_bytes(

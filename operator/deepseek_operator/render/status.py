@@ -13,6 +13,7 @@ from deepseek_operator import names as N
 from deepseek_operator.api import status as S
 from deepseek_operator.engine.capacity_report import gib
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
+from deepseek_operator.engine.layout_advice import advice_line
 from deepseek_operator.engine.queueing import WorkloadSize
 from deepseek_operator.engine.resolution import Resolution
 
@@ -137,6 +138,11 @@ def build_status(
             N.REASON_REPLICAS_NOT_READY,
             f"{ready_replicas}/{res.replicas} replicas ready{suffix}",
         )
+    # The layout advice joins the plain replica count only: a refusal or a workload that could
+    # not be applied stays the message's one subject.
+    advice = advice_line(res.capacity.layouts) if res.capacity is not None else ""
+    if advice and ready_reason in (N.REASON_ALL_REPLICAS_READY, N.REASON_REPLICAS_NOT_READY):
+        ready_msg += f"; {advice}"
     if groups:
         ready_msg += GROUPS_SEPARATOR + "; ".join(_group_summary(g) for g in groups)
     conditions.append(
@@ -195,6 +201,19 @@ def capacity_status(res: Resolution) -> list[S.CapacityStatus] | None:
             tokens=row.tokens,
             concurrent_requests=f"{row.concurrent_requests:.2f}",
             max_model_len=row.max_model_len,
+            layouts=[
+                S.LayoutOptionStatus(
+                    tensor_parallel_size=o.tensor_parallel,
+                    data_parallel_size=o.data_parallel,
+                    expert_parallel=o.expert_parallel,
+                    concurrent_requests=f"{o.concurrent_requests:.2f}",
+                    kv_layout=o.kv_layout,
+                    chosen=o.chosen,
+                )
+                for o in res.capacity.layouts
+                if o.gpu_product == row.gpu.product
+            ]
+            or None,
         )
         for row in res.capacity.rows
     ]

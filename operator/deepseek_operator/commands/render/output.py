@@ -17,7 +17,7 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.status import DeepSeekServingStatus
-from deepseek_operator.engine import capacity_report
+from deepseek_operator.engine import capacity_report, layout_advice
 from deepseek_operator.engine.disaggregated import RoleDecision
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import LABEL_COMPONENT, LABEL_PD_ROLE, LWS_KIND
@@ -108,6 +108,18 @@ def capacity_lines(res: Resolution) -> list[str]:
     line = capacity_report.what_if(rep)
     if line:
         lines.append(f"  what-if: {line}")
+    if rep.layouts:
+        lines.append("  layouts of the same GPUs the decision rules accept (best first):")
+        lines.append(f"    {'GPU':<16} {'LAYOUT':<16} {'REQUESTS':>10}  KV LAYOUT")
+        for o in rep.layouts:
+            mark = "  (chosen)" if o.chosen else ""
+            lines.append(
+                f"    {o.gpu_product:<16} {o.name:<16} {o.concurrent_requests:>10.2f}  "
+                f"{o.kv_layout}{mark}"
+            )
+        advice = layout_advice.advice_line(rep.layouts)
+        if advice:
+            lines.append(f"  {advice}")
     return [*lines, ""]
 
 
