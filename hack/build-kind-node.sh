@@ -66,12 +66,10 @@ export DOCKER_BUILDKIT=0  # the classic builder: local images only (see hack/bui
 exec 7>"${WORK}/.lock"
 flock 7
 
-# The control-plane binaries (and the Kubernetes wrapper module this script reuses).
-CP_BIN="$("${HERE}/build-control-plane.sh" kubernetes etcd lws | tail -n 1)"
 
 stamp_ok() { [[ -f "${KBIN}/.stamp-$1" && "$(cat "${KBIN}/.stamp-$1")" == "$2" ]]; }
 
-# --- 1. Go binaries: kind CLI, kubelet, kubeadm, kube-proxy, pause ----------------------------
+# --- 1. Go binaries: kind CLI, pause ----------------------------------------------------------
 stamp="kind=${KIND_VERSION} $("${GO}" env GOVERSION)"
 if stamp_ok kind "${stamp}" && [[ -x "${KBIN}/kind" ]]; then
   log "kind ${KIND_VERSION}: up to date"
@@ -80,35 +78,6 @@ else
   GOBIN="${KBIN}" "${GO}" install "sigs.k8s.io/kind@${KIND_VERSION}"
   echo "${stamp}" >"${KBIN}/.stamp-kind"
   log "kind ${KIND_VERSION}: built in $((SECONDS - t0)) s"
-fi
-
-stamp="kubernetes=${K} $("${GO}" env GOVERSION)"
-if stamp_ok node-kubernetes "${stamp}" && [[ -x "${KBIN}/kubelet" && -x "${KBIN}/kubeadm" && -x "${KBIN}/kube-proxy" ]]; then
-  log "kubelet kubeadm kube-proxy ${K}: up to date"
-else
-  t0=${SECONDS}
-  src="${CACHE}/build/kubernetes-${K}"
-  [[ -f "${src}/go.mod" ]] || { echo "error: ${src}/go.mod missing (hack/build-control-plane.sh)" >&2; exit 1; }
-  # A copy of build-control-plane.sh's wrapper module (staging replaces, GODEBUG defaults), so
-  # its own go.mod stays untouched; the same flags and version stamping.
-  w="${WORK}/kubernetes-${K}"
-  rm -rf "${w}"; mkdir -p "${w}"; cp "${src}/go.mod" "${src}/go.sum" "${w}/"
-  (
-    cd "${w}"
-    "${GO}" get -tool "k8s.io/kubernetes/cmd/kubelet@${K}" "k8s.io/kubernetes/cmd/kubeadm@${K}" \
-      "k8s.io/kubernetes/cmd/kube-proxy@${K}"
-    minor="${K#v1.}"; mm="${minor%%.*}"
-    v=""
-    for key in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      v+=" -X ${key}.gitVersion=${K} -X ${key}.gitMajor=1 -X ${key}.gitMinor=${mm}"
-      v+=" -X ${key}.gitTreeState=clean -X ${key}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    done
-    "${GO}" build -mod=mod -pgo=off -tags=selinux,notest,grpcnotrace -ldflags="-s -w${v}" \
-      -o "${KBIN}/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm \
-      k8s.io/kubernetes/cmd/kube-proxy
-  )
-  echo "${stamp}" >"${KBIN}/.stamp-node-kubernetes"
-  log "kubelet kubeadm kube-proxy ${K}: built in $((SECONDS - t0)) s"
 fi
 
 stamp="pause=v1 $("${GO}" env GOVERSION)"
@@ -140,30 +109,6 @@ EOF
   log "pause: built"
 fi
 
-# CoreDNS at the tag kubeadm's image list names (its Deployment then runs unchanged), and
-# kube-network-policies; both `go install`ed from the Go module proxy (~140 s and ~85 s on 2 cores).
-COREDNS_REF="$("${KBIN}/kubeadm" config images list --kubernetes-version "${K}" 2>/dev/null | grep '/coredns:')"
-COREDNS_VERSION="${COREDNS_REF##*:}"
-[[ -n "${COREDNS_VERSION}" ]] || { echo "error: kubeadm ${K} lists no CoreDNS image" >&2; exit 1; }
-go_install_bin() {  # name module/package version output
-  local name="$1" pkg="$2" version="$3" out="$4"
-  local stamp="${name}=${version} $("${GO}" env GOVERSION)"
-  if stamp_ok "${name}" "${stamp}" && [[ -x "${KBIN}/${out}" ]]; then
-    log "${name} ${version}: up to date"; return
-  fi
-  local t0=${SECONDS} gobin="${WORK}/gobin-${name}"
-  rm -rf "${gobin}"; mkdir -p "${gobin}"
-  GOBIN="${gobin}" "${GO}" install -ldflags="-s -w" "${pkg}@${version}"
-  mv "${gobin}/$(basename "${pkg}")" "${KBIN}/${out}"
-  rm -rf "${gobin}"
-  echo "${stamp}" >"${KBIN}/.stamp-${name}"
-  log "${name} ${version}: built in $((SECONDS - t0)) s"
-}
-go_install_bin coredns github.com/coredns/coredns "${COREDNS_VERSION}" coredns
-# The module's main package is its cmd/ directory (binary "cmd"; upstream's image calls it netpol).
-go_install_bin kube-network-policies sigs.k8s.io/kube-network-policies/cmd \
-  "${KUBE_NETWORK_POLICIES_VERSION}" kube-network-policies
-
 # --- 2. the node rootfs from Debian packages ---------------------------------------------------
 # kind's base image package list (images/base/Dockerfile), with Debian's containerd, runc and CNI
 # plugins instead of kind's own builds, and without fuse-overlayfs / nfs / iscsi (rootless and
@@ -188,6 +133,63 @@ else
   rm -rf "${r}"
   log "rootfs ${ROOTFS_IMAGE}: built in $((SECONDS - t0)) s"
 fi
+
+# --- 3. what needs the control plane's Kubernetes build (the lock of build-control-plane.sh; the
+# steps above overlap with it on a cold machine) ----------------------------------------------
+# The control-plane binaries (and the Kubernetes wrapper module this script reuses).
+CP_BIN="$("${HERE}/build-control-plane.sh" kubernetes etcd lws | tail -n 1)"
+stamp="kubernetes=${K} $("${GO}" env GOVERSION)"
+if stamp_ok node-kubernetes "${stamp}" && [[ -x "${KBIN}/kubelet" && -x "${KBIN}/kubeadm" && -x "${KBIN}/kube-proxy" ]]; then
+  log "kubelet kubeadm kube-proxy ${K}: up to date"
+else
+  t0=${SECONDS}
+  src="${CACHE}/build/kubernetes-${K}"
+  [[ -f "${src}/go.mod" ]] || { echo "error: ${src}/go.mod missing (hack/build-control-plane.sh)" >&2; exit 1; }
+  # A copy of build-control-plane.sh's wrapper module (staging replaces, GODEBUG defaults), so
+  # its own go.mod stays untouched; the same flags and version stamping.
+  w="${WORK}/kubernetes-${K}"
+  rm -rf "${w}"; mkdir -p "${w}"; cp "${src}/go.mod" "${src}/go.sum" "${w}/"
+  (
+    cd "${w}"
+    "${GO}" get -tool "k8s.io/kubernetes/cmd/kubelet@${K}" "k8s.io/kubernetes/cmd/kubeadm@${K}" \
+      "k8s.io/kubernetes/cmd/kube-proxy@${K}"
+    minor="${K#v1.}"; mm="${minor%%.*}"
+    v=""
+    for key in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      v+=" -X ${key}.gitVersion=${K} -X ${key}.gitMajor=1 -X ${key}.gitMinor=${mm}"
+      v+=" -X ${key}.gitTreeState=clean -X ${key}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    done
+    "${GO}" build -mod=mod -pgo=off -tags=selinux,notest,grpcnotrace -ldflags="-s -w${v}" \
+      -o "${KBIN}/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm \
+      k8s.io/kubernetes/cmd/kube-proxy
+  )
+  echo "${stamp}" >"${KBIN}/.stamp-node-kubernetes"
+  log "kubelet kubeadm kube-proxy ${K}: built in $((SECONDS - t0)) s"
+fi
+
+# CoreDNS at the tag kubeadm's image list names (its Deployment then runs unchanged), and
+# kube-network-policies; both `go install`ed from the Go module proxy (~140 s and ~85 s on 2 cores).
+COREDNS_REF="$("${KBIN}/kubeadm" config images list --kubernetes-version "${K}" 2>/dev/null | grep '/coredns:')"
+COREDNS_VERSION="${COREDNS_REF##*:}"
+[[ -n "${COREDNS_VERSION}" ]] || { echo "error: kubeadm ${K} lists no CoreDNS image" >&2; exit 1; }
+go_install_bin() {  # name module/package version output
+  local name="$1" pkg="$2" version="$3" out="$4"
+  local stamp="${name}=${version} $("${GO}" env GOVERSION)"
+  if stamp_ok "${name}" "${stamp}" && [[ -x "${KBIN}/${out}" ]]; then
+    log "${name} ${version}: up to date"; return
+  fi
+  local t0=${SECONDS} gobin="${WORK}/gobin-${name}"
+  rm -rf "${gobin}"; mkdir -p "${gobin}"
+  GOBIN="${gobin}" "${GO}" install -ldflags="-s -w" "${pkg}@${version}"
+  mv "${gobin}/$(basename "${pkg}")" "${KBIN}/${out}"
+  rm -rf "${gobin}"
+  echo "${stamp}" >"${KBIN}/.stamp-${name}"
+  log "${name} ${version}: built in $((SECONDS - t0)) s"
+}
+go_install_bin coredns github.com/coredns/coredns "${COREDNS_VERSION}" coredns
+# The module's main package is its cmd/ directory (binary "cmd"; upstream's image calls it netpol).
+go_install_bin kube-network-policies sigs.k8s.io/kube-network-policies/cmd \
+  "${KUBE_NETWORK_POLICIES_VERSION}" kube-network-policies
 
 # What the README's recipe applies besides hack/kind-network.yaml, from the same module versions
 # as the images: kube-network-policies' own install.yaml (its RBAC, ServiceAccount and DaemonSet)
@@ -219,7 +221,7 @@ if [[ "$(docker image inspect --format '{{index .Config.Labels "io.deepseek-oper
   exit 0
 fi
 
-# --- 3. the images kubeadm pulls, built from local binaries ----------------------------------
+# --- 4. the images kubeadm pulls, built from local binaries ----------------------------------
 mapfile -t wanted < <("${KBIN}/kubeadm" config images list --kubernetes-version "${K}" 2>/dev/null)
 IMG="${WORK}/images"
 rm -rf "${IMG}"; mkdir -p "${IMG}"
@@ -264,7 +266,7 @@ printf 'FROM %s\nCOPY kubectl kind-pod-network.sh /usr/local/bin/\nENTRYPOINT ["
 docker build -q -f "${IMG}/Dockerfile.net" -t "${NET_IMAGE}" "${IMG}" >/dev/null 2>>"${WORK}/docker-build.log"
 tags+=("${KNP_IMAGE}" "${LWS_IMAGE}" "${NET_IMAGE}")
 
-# --- 4. the node image ------------------------------------------------------------------------
+# --- 5. the node image ------------------------------------------------------------------------
 KIND_SRC="$("${GO}" mod download -json "sigs.k8s.io/kind@${KIND_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
 [[ -d "${KIND_SRC}/images/base/files" ]] || { echo "error: kind ${KIND_VERSION} sources not found" >&2; exit 1; }
 ctx="${WORK}/node"
