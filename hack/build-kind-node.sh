@@ -16,7 +16,8 @@
 #   - CoreDNS at the version kubeadm asks for, built from the Go module proxy, under the tag kubeadm
 #     expects, so kubeadm's CoreDNS Deployment runs unchanged (cluster DNS);
 #   - the cluster add-ons of the kind tier, also preloaded: kube-network-policies (the NetworkPolicy
-#     agent kindnetd embeds; KUBE_NETWORK_POLICIES_VERSION), the LeaderWorkerSet controller
+#     agent kindnetd embeds; KUBE_NETWORK_POLICIES_VERSION; its queue verdicts given as the xtables
+#     NFQUEUE target for kernels without nft_queue, see below), the LeaderWorkerSet controller
 #     (LWS_VERSION, the binary hack/build-control-plane.sh builds) and the pod network agent
 #     (hack/kind-pod-network.sh: per-node bridge CNI config and routes between nodes, what kindnetd
 #     does; its image cannot be pulled here). No static CNI config: a node turns Ready once the
@@ -68,6 +69,8 @@ flock 7
 
 
 stamp_ok() { [[ -f "${KBIN}/.stamp-$1" && "$(cat "${KBIN}/.stamp-$1")" == "$2" ]]; }
+# A module's source directory in the Go module cache (downloaded first if needed).
+mod_dir() { "${GO}" mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'; }
 
 # --- 1. Go binaries: kind CLI, pause ----------------------------------------------------------
 stamp="kind=${KIND_VERSION} $("${GO}" env GOVERSION)"
@@ -187,16 +190,63 @@ go_install_bin() {  # name module/package version output
   log "${name} ${version}: built in $((SECONDS - t0)) s"
 }
 go_install_bin coredns github.com/coredns/coredns "${COREDNS_VERSION}" coredns
-# The module's main package is its cmd/ directory (binary "cmd"; upstream's image calls it netpol).
-go_install_bin kube-network-policies sigs.k8s.io/kube-network-policies/cmd \
-  "${KUBE_NETWORK_POLICIES_VERSION}" kube-network-policies
+# kube-network-policies hands new connections to user space with nftables' `queue` expression,
+# which kernels built without CONFIG_NFT_QUEUE refuse (ENOENT: "netlink receive: no such file or
+# directory", and no rule is installed: nothing is enforced); such kernels (this project's dev VMs)
+# often still have nft_compat and the xtables NFQUEUE target. So the module's source is built with
+# its three queue verdicts given as that target (revision 3, same queue number and bypass flag):
+# the same verdict, the same user-space agent. Its main package is cmd/ (upstream calls the binary
+# netpol).
+build_kube_network_policies() {
+  local v="${KUBE_NETWORK_POLICIES_VERSION}"
+  local stamp="kube-network-policies=${v} nfqueue-compat=1 $("${GO}" env GOVERSION)"
+  if stamp_ok kube-network-policies "${stamp}" && [[ -x "${KBIN}/kube-network-policies" ]]; then
+    log "kube-network-policies ${v}: up to date"; return
+  fi
+  local t0=${SECONDS} src="${WORK}/kube-network-policies-${v}"
+  rm -rf "${src}"
+  cp -r "$(mod_dir "sigs.k8s.io/kube-network-policies@${v}")" "${src}"
+  chmod -R u+w "${src}"
+  local pkg="${src}/pkg/networkpolicy"
+  perl -0pi -e 's/queue := &expr\.Queue\{Num: uint16\(c\.config\.QueueID\)\}\n\tif c\.config\.FailOpen \{\n\t\tqueue\.Flag = expr\.QueueFlagBypass\n\t\}\n/queue := nfqueueVerdict(uint16(c.config.QueueID), c.config.FailOpen)\n/g' "${pkg}/controller.go"
+  perl -pi -e 's/&expr\.Queue\{Num: uint16\(n\.nfQueueID\), Flag: expr\.QueueFlagBypass\}/nfqueueVerdict(uint16(n.nfQueueID), true)/' "${pkg}/dnsagent.go"
+  cat >"${pkg}/nfqueue_compat.go" <<'EOF'
+package networkpolicy
+
+import (
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
+)
+
+// nfqueueVerdict queues a packet to user space with the xtables NFQUEUE target (revision 3,
+// struct xt_NFQ_info_v3: queuenum, queues_total, flags; 8 bytes aligned) through nft_compat.
+// Added by deepseek-operator's hack/build-kind-node.sh for kernels without CONFIG_NFT_QUEUE.
+func nfqueueVerdict(num uint16, bypass bool) expr.Any {
+	var flags byte
+	if bypass {
+		flags = 1 // NFQ_FLAG_BYPASS
+	}
+	info := xt.Unknown{byte(num), byte(num >> 8), 1, 0, flags, 0, 0, 0}
+	return &expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info}
+}
+EOF
+  if [[ "$(cat "${pkg}/controller.go" "${pkg}/dnsagent.go" | grep -c 'nfqueueVerdict(')" != 3 ]] \
+    || grep -q 'expr\.Queue{' "${pkg}"/*.go; then
+    echo "error: kube-network-policies ${v}: its queue verdicts moved; update build_kube_network_policies" >&2
+    exit 1
+  fi
+  (cd "${src}" && GOFLAGS="${GOFLAGS} -mod=mod" "${GO}" build -ldflags="-s -w" -o "${KBIN}/kube-network-policies" ./cmd)
+  rm -rf "${src}"
+  echo "${stamp}" >"${KBIN}/.stamp-kube-network-policies"
+  log "kube-network-policies ${v} (queue verdicts via xtables NFQUEUE): built in $((SECONDS - t0)) s"
+}
+build_kube_network_policies
 
 # What the README's recipe applies besides hack/kind-network.yaml, from the same module versions
 # as the images: kube-network-policies' own install.yaml (its RBAC, ServiceAccount and DaemonSet)
 # with the image built here, and LWS's own Helm chart.
 KNP_IMAGE="registry.k8s.io/networking/kube-network-policies:${KUBE_NETWORK_POLICIES_VERSION}"
 LWS_IMAGE="registry.k8s.io/lws/lws:${LWS_VERSION}"
-mod_dir() { "${GO}" mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'; }
 knp_src="$(mod_dir "sigs.k8s.io/kube-network-policies@${KUBE_NETWORK_POLICIES_VERSION}")"
 lws_src="$(mod_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
 [[ -f "${knp_src}/install.yaml" && -d "${lws_src}/charts/lws" ]] \
