@@ -176,7 +176,7 @@ def test_default_deny_blocks_and_an_allow_rule_admits(probes: Probes) -> None:
     for _ in range(3):
         ok, out = probes.fetch("stranger", web, 2)
         assert not ok, ("stranger admitted", out)
-    # The agent on the server's node logged the policies it enforced.
+    # One kube-network-policies agent runs on the server's node: the one that enforced this.
     agents = kc.kubectl_json(
         "get", "pods", "-n", "kube-system", "-l", "app=kube-network-policies",
         "--field-selector", f"spec.nodeName={GB200_TRAYS[0]}",
