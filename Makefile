@@ -65,10 +65,10 @@ image: venv ## build the image from the Dockerfile (starts a Docker engine, buil
 test-container: image cluster-bins ## the image tests only: CLI, render, crds, and the operator and agent images on the local control plane with in-cluster config
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest tests/container -q
 
-kind-node: cluster-bins ## build a kind node image with no registry (hack/build-kind-node.sh; ~6 min cold, seconds warm)
+kind-node: cluster-bins ## build a kind node image with no registry, with CoreDNS, kube-network-policies, LWS and the pod network agent preloaded (hack/build-kind-node.sh; ~10 min cold, seconds warm)
 	hack/build-kind-node.sh
 
-test-kind: venv cluster-bins kind-node image ## the kind tier: README kind recipe with the local images, operator failover (~10 min cold)
+test-kind: venv cluster-bins kind-node image ## the kind tier: the README kind recipe (4 nodes, DNS, pod network, NetworkPolicy, LWS), operator failover, a two-node LWS group
 	$(BIN)/pytest tests/kind -q -s
 
 test-unit: venv ## unit tests only (no cluster)

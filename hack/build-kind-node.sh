@@ -13,10 +13,19 @@
 #     control-plane binaries (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) and
 #     kube-proxy, plus a pause image (a Go program that waits for SIGTERM), shipped in /kind/images
 #     and imported into containerd at boot (kind-preload.service, before the kubelet);
-#   - a static bridge CNI configuration for single-node clusters, since kindnetd's image cannot be
-#     pulled: create clusters with `networking.disableDefaultCNI: true` (hack/kind-cluster.yaml).
-# Not built: CoreDNS (its pods stay in ErrImagePull: no cluster DNS) and the local-path
-# provisioner (kind falls back to its built-in storage manifest, whose pods cannot pull either).
+#   - CoreDNS at the version kubeadm asks for, built from the Go module proxy, under the tag kubeadm
+#     expects, so kubeadm's CoreDNS Deployment runs unchanged (cluster DNS);
+#   - the cluster add-ons of the kind tier, also preloaded: kube-network-policies (the NetworkPolicy
+#     agent kindnetd embeds; KUBE_NETWORK_POLICIES_VERSION; its queue verdicts given as the xtables
+#     NFQUEUE target for kernels without nft_queue, see below), the LeaderWorkerSet controller
+#     (LWS_VERSION, the binary hack/build-control-plane.sh builds) and the pod network agent
+#     (hack/kind-pod-network.sh: per-node bridge CNI config and routes between nodes, what kindnetd
+#     does; its image cannot be pulled here). No static CNI config: a node turns Ready once the
+#     agent (hack/kind-network.yaml) has written its own from the node's spec.podCIDR.
+#   - next to the image, what the recipe applies: ${WORK}/manifests/kube-network-policies.yaml (the
+#     module's install.yaml with the image built here) and ${WORK}/charts/lws (LWS's Helm chart).
+# Not built: the local-path provisioner (kind falls back to its built-in storage manifest, whose
+# pods cannot pull).
 #
 # On a host whose capability bounding set lacks CAP_SYS_RESOURCE, containerd in the node gets
 # `restrict_oom_score_adj = true` (nothing may lower oom_score_adj there); the Docker daemon of
@@ -38,6 +47,8 @@ WORK="${CACHE}/kind"
 KBIN="${WORK}/bin"
 K="${KUBERNETES_VERSION}"
 NODE_IMAGE="${DSO_KIND_NODE_IMAGE:-deepseek-operator-kind-node:${K}}"
+# The pod network agent's image (hack/kind-network.yaml names it).
+NET_IMAGE="deepseek-operator-kind-network:v1"
 MIRROR="${DSO_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 mkdir -p "${KBIN}"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
@@ -56,12 +67,12 @@ export DOCKER_BUILDKIT=0  # the classic builder: local images only (see hack/bui
 exec 7>"${WORK}/.lock"
 flock 7
 
-# The control-plane binaries (and the Kubernetes wrapper module this script reuses).
-CP_BIN="$("${HERE}/build-control-plane.sh" kubernetes etcd | tail -n 1)"
 
 stamp_ok() { [[ -f "${KBIN}/.stamp-$1" && "$(cat "${KBIN}/.stamp-$1")" == "$2" ]]; }
+# A module's source directory in the Go module cache (downloaded first if needed).
+mod_dir() { "${GO}" mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'; }
 
-# --- 1. Go binaries: kind CLI, kubelet, kubeadm, kube-proxy, pause ----------------------------
+# --- 1. Go binaries: kind CLI, pause ----------------------------------------------------------
 stamp="kind=${KIND_VERSION} $("${GO}" env GOVERSION)"
 if stamp_ok kind "${stamp}" && [[ -x "${KBIN}/kind" ]]; then
   log "kind ${KIND_VERSION}: up to date"
@@ -70,35 +81,6 @@ else
   GOBIN="${KBIN}" "${GO}" install "sigs.k8s.io/kind@${KIND_VERSION}"
   echo "${stamp}" >"${KBIN}/.stamp-kind"
   log "kind ${KIND_VERSION}: built in $((SECONDS - t0)) s"
-fi
-
-stamp="kubernetes=${K} $("${GO}" env GOVERSION)"
-if stamp_ok node-kubernetes "${stamp}" && [[ -x "${KBIN}/kubelet" && -x "${KBIN}/kubeadm" && -x "${KBIN}/kube-proxy" ]]; then
-  log "kubelet kubeadm kube-proxy ${K}: up to date"
-else
-  t0=${SECONDS}
-  src="${CACHE}/build/kubernetes-${K}"
-  [[ -f "${src}/go.mod" ]] || { echo "error: ${src}/go.mod missing (hack/build-control-plane.sh)" >&2; exit 1; }
-  # A copy of build-control-plane.sh's wrapper module (staging replaces, GODEBUG defaults), so
-  # its own go.mod stays untouched; the same flags and version stamping.
-  w="${WORK}/kubernetes-${K}"
-  rm -rf "${w}"; mkdir -p "${w}"; cp "${src}/go.mod" "${src}/go.sum" "${w}/"
-  (
-    cd "${w}"
-    "${GO}" get -tool "k8s.io/kubernetes/cmd/kubelet@${K}" "k8s.io/kubernetes/cmd/kubeadm@${K}" \
-      "k8s.io/kubernetes/cmd/kube-proxy@${K}"
-    minor="${K#v1.}"; mm="${minor%%.*}"
-    v=""
-    for key in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      v+=" -X ${key}.gitVersion=${K} -X ${key}.gitMajor=1 -X ${key}.gitMinor=${mm}"
-      v+=" -X ${key}.gitTreeState=clean -X ${key}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    done
-    "${GO}" build -mod=mod -pgo=off -tags=selinux,notest,grpcnotrace -ldflags="-s -w${v}" \
-      -o "${KBIN}/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm \
-      k8s.io/kubernetes/cmd/kube-proxy
-  )
-  echo "${stamp}" >"${KBIN}/.stamp-node-kubernetes"
-  log "kubelet kubeadm kube-proxy ${K}: built in $((SECONDS - t0)) s"
 fi
 
 stamp="pause=v1 $("${GO}" env GOVERSION)"
@@ -155,19 +137,141 @@ else
   log "rootfs ${ROOTFS_IMAGE}: built in $((SECONDS - t0)) s"
 fi
 
+# --- 3. what needs the control plane's Kubernetes build (the lock of build-control-plane.sh; the
+# steps above overlap with it on a cold machine) ----------------------------------------------
+# The control-plane binaries (and the Kubernetes wrapper module this script reuses).
+CP_BIN="$("${HERE}/build-control-plane.sh" kubernetes etcd lws | tail -n 1)"
+stamp="kubernetes=${K} $("${GO}" env GOVERSION)"
+if stamp_ok node-kubernetes "${stamp}" && [[ -x "${KBIN}/kubelet" && -x "${KBIN}/kubeadm" && -x "${KBIN}/kube-proxy" ]]; then
+  log "kubelet kubeadm kube-proxy ${K}: up to date"
+else
+  t0=${SECONDS}
+  src="${CACHE}/build/kubernetes-${K}"
+  [[ -f "${src}/go.mod" ]] || { echo "error: ${src}/go.mod missing (hack/build-control-plane.sh)" >&2; exit 1; }
+  # A copy of build-control-plane.sh's wrapper module (staging replaces, GODEBUG defaults), so
+  # its own go.mod stays untouched; the same flags and version stamping.
+  w="${WORK}/kubernetes-${K}"
+  rm -rf "${w}"; mkdir -p "${w}"; cp "${src}/go.mod" "${src}/go.sum" "${w}/"
+  (
+    cd "${w}"
+    "${GO}" get -tool "k8s.io/kubernetes/cmd/kubelet@${K}" "k8s.io/kubernetes/cmd/kubeadm@${K}" \
+      "k8s.io/kubernetes/cmd/kube-proxy@${K}"
+    minor="${K#v1.}"; mm="${minor%%.*}"
+    v=""
+    for key in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      v+=" -X ${key}.gitVersion=${K} -X ${key}.gitMajor=1 -X ${key}.gitMinor=${mm}"
+      v+=" -X ${key}.gitTreeState=clean -X ${key}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    done
+    "${GO}" build -mod=mod -pgo=off -tags=selinux,notest,grpcnotrace -ldflags="-s -w${v}" \
+      -o "${KBIN}/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm \
+      k8s.io/kubernetes/cmd/kube-proxy
+  )
+  echo "${stamp}" >"${KBIN}/.stamp-node-kubernetes"
+  log "kubelet kubeadm kube-proxy ${K}: built in $((SECONDS - t0)) s"
+fi
+
+# CoreDNS at the tag kubeadm's image list names (its Deployment then runs unchanged), and
+# kube-network-policies; both `go install`ed from the Go module proxy (~140 s and ~85 s on 2 cores).
+COREDNS_REF="$("${KBIN}/kubeadm" config images list --kubernetes-version "${K}" 2>/dev/null | grep '/coredns:')"
+COREDNS_VERSION="${COREDNS_REF##*:}"
+[[ -n "${COREDNS_VERSION}" ]] || { echo "error: kubeadm ${K} lists no CoreDNS image" >&2; exit 1; }
+go_install_bin() {  # name module/package version output
+  local name="$1" pkg="$2" version="$3" out="$4"
+  local stamp="${name}=${version} $("${GO}" env GOVERSION)"
+  if stamp_ok "${name}" "${stamp}" && [[ -x "${KBIN}/${out}" ]]; then
+    log "${name} ${version}: up to date"; return
+  fi
+  local t0=${SECONDS} gobin="${WORK}/gobin-${name}"
+  rm -rf "${gobin}"; mkdir -p "${gobin}"
+  GOBIN="${gobin}" "${GO}" install -ldflags="-s -w" "${pkg}@${version}"
+  mv "${gobin}/$(basename "${pkg}")" "${KBIN}/${out}"
+  rm -rf "${gobin}"
+  echo "${stamp}" >"${KBIN}/.stamp-${name}"
+  log "${name} ${version}: built in $((SECONDS - t0)) s"
+}
+go_install_bin coredns github.com/coredns/coredns "${COREDNS_VERSION}" coredns
+# kube-network-policies hands new connections to user space with nftables' `queue` expression,
+# which kernels built without CONFIG_NFT_QUEUE refuse (ENOENT: "netlink receive: no such file or
+# directory", and no rule is installed: nothing is enforced); such kernels (this project's dev VMs)
+# often still have nft_compat and the xtables NFQUEUE target. So the module's source is built with
+# its three queue verdicts given as that target (revision 3, same queue number and bypass flag):
+# the same verdict, the same user-space agent. Its main package is cmd/ (upstream calls the binary
+# netpol).
+build_kube_network_policies() {
+  local v="${KUBE_NETWORK_POLICIES_VERSION}"
+  local stamp="kube-network-policies=${v} nfqueue-compat=1 $("${GO}" env GOVERSION)"
+  if stamp_ok kube-network-policies "${stamp}" && [[ -x "${KBIN}/kube-network-policies" ]]; then
+    log "kube-network-policies ${v}: up to date"; return
+  fi
+  local t0=${SECONDS} src="${WORK}/kube-network-policies-${v}"
+  rm -rf "${src}"
+  cp -r "$(mod_dir "sigs.k8s.io/kube-network-policies@${v}")" "${src}"
+  chmod -R u+w "${src}"
+  local pkg="${src}/pkg/networkpolicy"
+  perl -0pi -e 's/queue := &expr\.Queue\{Num: uint16\(c\.config\.QueueID\)\}\n\tif c\.config\.FailOpen \{\n\t\tqueue\.Flag = expr\.QueueFlagBypass\n\t\}\n/queue := nfqueueVerdict(uint16(c.config.QueueID), c.config.FailOpen)\n/g' "${pkg}/controller.go"
+  perl -pi -e 's/&expr\.Queue\{Num: uint16\(n\.nfQueueID\), Flag: expr\.QueueFlagBypass\}/nfqueueVerdict(uint16(n.nfQueueID), true)/' "${pkg}/dnsagent.go"
+  cat >"${pkg}/nfqueue_compat.go" <<'EOF'
+package networkpolicy
+
+import (
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
+)
+
+// nfqueueVerdict queues a packet to user space with the xtables NFQUEUE target (revision 3,
+// struct xt_NFQ_info_v3: queuenum, queues_total, flags; 8 bytes aligned) through nft_compat.
+// Added by deepseek-operator's hack/build-kind-node.sh for kernels without CONFIG_NFT_QUEUE.
+func nfqueueVerdict(num uint16, bypass bool) expr.Any {
+	var flags byte
+	if bypass {
+		flags = 1 // NFQ_FLAG_BYPASS
+	}
+	info := xt.Unknown{byte(num), byte(num >> 8), 1, 0, flags, 0, 0, 0}
+	return &expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info}
+}
+EOF
+  if [[ "$(cat "${pkg}/controller.go" "${pkg}/dnsagent.go" | grep -c 'nfqueueVerdict(')" != 3 ]] \
+    || grep -q 'expr\.Queue{' "${pkg}"/*.go; then
+    echo "error: kube-network-policies ${v}: its queue verdicts moved; update build_kube_network_policies" >&2
+    exit 1
+  fi
+  (cd "${src}" && GOFLAGS="${GOFLAGS} -mod=mod" "${GO}" build -ldflags="-s -w" -o "${KBIN}/kube-network-policies" ./cmd)
+  rm -rf "${src}"
+  echo "${stamp}" >"${KBIN}/.stamp-kube-network-policies"
+  log "kube-network-policies ${v} (queue verdicts via xtables NFQUEUE): built in $((SECONDS - t0)) s"
+}
+build_kube_network_policies
+
+# What the README's recipe applies besides hack/kind-network.yaml, from the same module versions
+# as the images: kube-network-policies' own install.yaml (its RBAC, ServiceAccount and DaemonSet)
+# with the image built here, and LWS's own Helm chart.
+KNP_IMAGE="registry.k8s.io/networking/kube-network-policies:${KUBE_NETWORK_POLICIES_VERSION}"
+LWS_IMAGE="registry.k8s.io/lws/lws:${LWS_VERSION}"
+knp_src="$(mod_dir "sigs.k8s.io/kube-network-policies@${KUBE_NETWORK_POLICIES_VERSION}")"
+lws_src="$(mod_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
+[[ -f "${knp_src}/install.yaml" && -d "${lws_src}/charts/lws" ]] \
+  || { echo "error: install.yaml / charts/lws missing in the module sources" >&2; exit 1; }
+mkdir -p "${WORK}/manifests" "${WORK}/charts"
+# The release's install.yaml still names the previous tag; the image is the one built here.
+sed "s#image: registry.k8s.io/networking/kube-network-policies:.*#image: ${KNP_IMAGE}#" \
+  "${knp_src}/install.yaml" >"${WORK}/manifests/kube-network-policies.yaml"
+grep -q "image: ${KNP_IMAGE}$" "${WORK}/manifests/kube-network-policies.yaml" \
+  || { echo "error: no kube-network-policies image line in its install.yaml" >&2; exit 1; }
+rm -rf "${WORK}/charts/lws"; cp -r "${lws_src}/charts/lws" "${WORK}/charts/lws"; chmod -R u+w "${WORK}/charts/lws"
+
 # The recipe: this script, the pins, the binaries' stamps and the host facts it bakes in. The node
 # image carries it as a label; an image with the same label is up to date.
 cap_missing=0
 (( (16#$(awk '/^CapBnd:/ { print $2 }' /proc/self/status) >> 24 & 1) == 0 )) && cap_missing=1
 RECIPE="$(cat "${BASH_SOURCE[0]}" "${KBIN}"/.stamp-* "${CP_BIN}"/.stamp-kubernetes "${CP_BIN}"/.stamp-etcd \
-  <(echo "${ROOTFS_IMAGE} ${KIND_VERSION} cap_missing=${cap_missing}") | sha256sum | cut -c1-16)"
+  "${CP_BIN}"/.stamp-lws "${HERE}/kind-pod-network.sh" <(echo "${ROOTFS_IMAGE} ${KIND_VERSION} cap_missing=${cap_missing}") | sha256sum | cut -c1-16)"
 if [[ "$(docker image inspect --format '{{index .Config.Labels "io.deepseek-operator.recipe"}}' "${NODE_IMAGE}" 2>/dev/null)" == "${RECIPE}" ]]; then
   log "node image ${NODE_IMAGE}: up to date; total $((SECONDS - T_ALL)) s"
   echo "DOCKER_HOST=${DOCKER_HOST:-} NODE_IMAGE=${NODE_IMAGE} KIND=${KBIN}/kind"
   exit 0
 fi
 
-# --- 3. the images kubeadm pulls, built from local binaries ----------------------------------
+# --- 4. the images kubeadm pulls, built from local binaries ----------------------------------
 mapfile -t wanted < <("${KBIN}/kubeadm" config images list --kubernetes-version "${K}" 2>/dev/null)
 IMG="${WORK}/images"
 rm -rf "${IMG}"; mkdir -p "${IMG}"
@@ -187,12 +291,32 @@ for ref in "${wanted[@]}"; do
       # containerd's sandbox_image in kind's config (images/base/files/etc/containerd).
       docker tag "${ref}" registry.k8s.io/pause:3.10
       tags+=("${ref}" registry.k8s.io/pause:3.10) ;;
-    coredns) log "not built: ${ref} (no cluster DNS)" ;;
+    coredns)
+      # Upstream's image: the static binary as /coredns, its entrypoint (kubeadm passes -conf).
+      cp "${KBIN}/coredns" "${IMG}/coredns"
+      printf 'FROM scratch\nCOPY coredns /coredns\nENTRYPOINT ["/coredns"]\n' >"${IMG}/Dockerfile.coredns"
+      docker build -q -f "${IMG}/Dockerfile.coredns" -t "${ref}" "${IMG}" >/dev/null 2>>"${WORK}/docker-build.log"
+      tags+=("${ref}") ;;
     *) echo "error: kubeadm wants an image this script does not know: ${ref}" >&2; exit 1 ;;
   esac
 done
 
-# --- 4. the node image ------------------------------------------------------------------------
+# The add-ons, under the names their own manifests use (imagePullPolicy IfNotPresent finds them).
+cp "${KBIN}/kube-network-policies" "${IMG}/netpol"
+printf 'FROM scratch\nCOPY netpol /bin/netpol\nCMD ["/bin/netpol"]\n' >"${IMG}/Dockerfile.knp"
+docker build -q -f "${IMG}/Dockerfile.knp" -t "${KNP_IMAGE}" "${IMG}" >/dev/null 2>>"${WORK}/docker-build.log"
+# LWS's chart runs /manager as a non-root user (runAsNonRoot), as its own image does.
+cp "${CP_BIN}/lws-controller" "${IMG}/manager"
+printf 'FROM scratch\nCOPY manager /manager\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' >"${IMG}/Dockerfile.lws"
+docker build -q -f "${IMG}/Dockerfile.lws" -t "${LWS_IMAGE}" "${IMG}" >/dev/null 2>>"${WORK}/docker-build.log"
+# The pod network agent: the script on the node rootfs (ip, iptables, jq) with kubectl.
+cp "${HERE}/kind-pod-network.sh" "${CP_BIN}/kubectl" "${IMG}/"
+printf 'FROM %s\nCOPY kubectl kind-pod-network.sh /usr/local/bin/\nENTRYPOINT ["/usr/local/bin/kind-pod-network.sh"]\n' \
+  "${ROOTFS_IMAGE}" >"${IMG}/Dockerfile.net"
+docker build -q -f "${IMG}/Dockerfile.net" -t "${NET_IMAGE}" "${IMG}" >/dev/null 2>>"${WORK}/docker-build.log"
+tags+=("${KNP_IMAGE}" "${LWS_IMAGE}" "${NET_IMAGE}")
+
+# --- 5. the node image ------------------------------------------------------------------------
 KIND_SRC="$("${GO}" mod download -json "sigs.k8s.io/kind@${KIND_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
 [[ -d "${KIND_SRC}/images/base/files" ]] || { echo "error: kind ${KIND_VERSION} sources not found" >&2; exit 1; }
 ctx="${WORK}/node"
@@ -210,18 +334,6 @@ if ((cap_missing)); then
   sed -i 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' "${ctx}/files/etc/containerd/config.toml"
 fi
 mkdir -p "${ctx}/files/etc/cni/net.d"
-cat >"${ctx}/files/etc/cni/net.d/10-bridge.conflist" <<'EOF'
-{
-  "cniVersion": "0.4.0",
-  "name": "bridge",
-  "plugins": [
-    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]],
-              "routes": [{"dst": "0.0.0.0/0"}]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-EOF
 cat >"${ctx}/files/kind/bin/preload-images.sh" <<'EOF'
 #!/bin/sh
 # Import the images shipped in /kind/images (no registry is reachable) and pin them against GC.

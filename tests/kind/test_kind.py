@@ -1,27 +1,24 @@
 """The chart on kind with the image built here: real kubelet, probes, pod network, failover.
 
-The README's kind recipe, step for step: its commands are read from the README and run with bash
-(``kind create cluster`` becomes the README's own offline variant with the node image built here,
-and ``docker build`` the offline build of the same Dockerfile, since no registry answers): label
-the node as a GB200 tray, load the image with ``kind load docker-image``, ``helm install`` (agent
-off), apply the seed example. The operator's namespace then enforces Pod Security ``restricted``
-(its running pods must pass a server-side dry run first), so the replacement pod of the failover
-below is admitted under it. The operator's two replicas must become Ready under the kubelet's
-real probes, running with in-cluster configuration and only the chart's RBAC; the seed
-DeepSeekServing must resolve to ``deep_gemm_mega_moe`` and its vLLM Deployment must exist (its pod
-stays Pending: the example asks for 16 CPUs and 256 GiB). Then the active operator pod is deleted
-and the standby must take over: the time from the delete to a spec change being reconciled is
-measured and printed. Last, the agent DaemonSet is switched on and the node labelled
-``nvidia.com/gpu.present=true``: the agent pod must run (no NVIDIA driver here), log the missing
-NVML once and publish ``present=false`` only.
+The README's kind recipe (run once by the session fixture, ``tests/kind/conftest.py``) creates a
+control plane and three labelled workers, the pod network, CoreDNS, kube-network-policies and the
+LeaderWorkerSet controller, loads the image with ``kind load docker-image``, ``helm install``s the
+operator (agent off) and applies the seed example. The operator's namespace then enforces Pod
+Security ``restricted`` (its running pods must pass a server-side dry run first), so the
+replacement pod of the failover below is admitted under it. The operator's two replicas must
+become Ready under the kubelet's real probes, running with in-cluster configuration and only the
+chart's RBAC; the seed DeepSeekServing must resolve to ``deep_gemm_mega_moe`` and its vLLM
+Deployment must exist. Then the active operator pod is deleted and the standby must take over:
+the time from the delete to a spec change being reconciled is measured and printed. Next, the
+agent DaemonSet is switched on and the H200 node labelled ``nvidia.com/gpu.present=true``: the
+agent pod must run (no NVIDIA driver here), log the missing NVML once and publish
+``present=false`` only. Last, the serving runs the vLLM stand-in on a GB200 tray, turns Ready,
+survives its pod's deletion, and is deleted (its Deployment with it), freeing the tray.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import re
 import time
 from typing import Any
 
@@ -29,54 +26,24 @@ import pytest
 
 from deepseek_operator import names
 from tests.k8s.cluster import wait_for
-from tests.kind.conftest import ROOT, STANDIN_IMAGE, KindCluster
+from tests.kind.conftest import H200_NODE, ROOT, STANDIN_IMAGE, KindCluster
+from tests.kind.recipe import recipe_commands
 
 pytestmark = pytest.mark.kind
 
 NS = "deepseek-operator"
 
 
-README = (ROOT / "README.md").read_text()
-CACHE = pathlib.Path(os.environ.get("DSO_CACHE", "~/.cache/deepseek-operator")).expanduser()
-# The README's recipe builds with `docker build`, which pulls python:3.11.7-slim-bookworm; here no
-# registry answers, so the same Dockerfile is built by the offline script under the same tag.
-OFFLINE_BUILD = {
-    "docker build -t deepseek-operator:dev .": "DSO_IMAGE=deepseek-operator:dev hack/build-image.sh >/dev/null"
-}
-
-
-def code_blocks(section: str) -> list[list[str]]:
-    """The ``sh`` code blocks of README section *section*, as commands (continuations joined)."""
-    text = README[README.index(section) :]
-    text = text[: text.index("\n## ", 1)]
-    blocks = []
-    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
-        joined = re.sub(r"\\\n\s*", "", block)
-        blocks.append(
-            [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip()]
-        )
-    return blocks
-
-
-def readme_recipe() -> str:
-    """The README's kind recipe as a bash script, with the offline node image's create command."""
-    recipe, offline = code_blocks("### With Docker: kind")[:2]
-    create = next(c for c in offline if " create cluster --image " in c)
-    assert recipe[0] == "kind create cluster", recipe[0]
-    commands = [create.replace("~/.cache/deepseek-operator", str(CACHE))]
-    for command in recipe[1:]:
-        for online, local in OFFLINE_BUILD.items():
-            if online in command:
-                command = command.replace(online, local)
-        commands.append(command)
-    assert any("hack/build-image.sh" in c for c in commands), "the README's docker build line moved"
-    return "\n".join(commands)
-
-
 def test_the_readme_recipe_is_what_the_tier_runs() -> None:
-    script = readme_recipe().splitlines()
-    assert script[0].endswith("--config hack/kind-cluster.yaml")
-    assert any(c.startswith("kubectl label node kind-control-plane") for c in script)
+    script = recipe_commands()
+    assert script[0].startswith("make kind-node")
+    create = next(c for c in script if " create cluster " in c)
+    assert create.endswith(
+        "--image deepseek-operator-kind-node:v1.36.3 --config hack/kind-cluster.yaml"
+    )
+    assert any("kubectl apply -f hack/kind-network.yaml" in c and "kube-network-policies.yaml" in c
+               for c in script)  # fmt: skip
+    assert any(c.startswith("helm install lws ") for c in script)
     assert any("kind load docker-image deepseek-operator:dev" in c for c in script)
     assert any(c.startswith("helm install deepseek-operator") for c in script)
     assert script[-1] == "kubectl get dss -n llm"
@@ -101,10 +68,7 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     kc = kind_cluster
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    script = readme_recipe()
-    out = kc.run("bash", "-euo", "pipefail", "-c", script, timeout=900)
-    timings["readme_recipe"] = time.monotonic() - t0
-    assert "deep_gemm_mega_moe" in out.stdout or "dsv41" in out.stdout, out.stdout
+    assert "deep_gemm_mega_moe" in kc.recipe_stdout or "dsv41" in kc.recipe_stdout, kc.recipe_stdout
 
     # Both replicas Ready under the kubelet's probes, never restarted.
     pods = wait_for(
@@ -185,7 +149,7 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
         "upgrade", "deepseek-operator", str(ROOT / "charts" / "deepseek-operator"), "-n", NS,
         "--reuse-values", "--set", "agent.enabled=true",
     )  # fmt: skip
-    kc.kubectl("label", "node", kc.node, "nvidia.com/gpu.present=true")
+    kc.kubectl("label", "node", H200_NODE, "nvidia.com/gpu.present=true")
 
     def agent_running() -> dict[str, Any] | None:
         items = kc.kubectl_json("get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=agent")[
@@ -196,7 +160,7 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     agent = wait_for(agent_running, timeout=120, what="the agent pod Running")
 
     def published() -> dict[str, str] | None:
-        labels = kc.kubectl_json("get", "node", kc.node)["metadata"]["labels"]
+        labels = kc.kubectl_json("get", "node", H200_NODE)["metadata"]["labels"]
         return labels if labels.get(names.AGENT_PRESENT) == "false" else None
 
     labels = wait_for(published, timeout=120, what="present=false from the agent pod")
@@ -212,7 +176,6 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     # under the kubelet's startup/readiness/liveness probes on /health and the serving turns Ready.
     # Then its pod is deleted: the Deployment brings a new one and the status says so.
     t_vllm = time.monotonic()
-    kc.run(kc.kind, "load", "docker-image", STANDIN_IMAGE, "--name", kc.name)
     kc.kubectl(
         "patch", "dss", "dsv41", "-n", "llm", "--type=merge", "-p",
         json.dumps({"spec": {"image": STANDIN_IMAGE,
@@ -251,4 +214,16 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     timings["vllm_pod_replaced"] = time.monotonic() - t_del
     (second,) = vllm_pods()
     assert second["metadata"]["name"] != first["metadata"]["name"] and ready(second)
+
+    # Deleting the serving deletes its Deployment (owner reference) and frees the GB200 tray the
+    # multi-node group of tests/kind/test_lws.py needs.
+    kc.kubectl("delete", "dss", "dsv41", "-n", "llm", "--wait=true", timeout=120)
+    wait_for(
+        lambda: (
+            kc.kubectl("get", "deployment", "dsv41", "-n", "llm", check=False).returncode != 0
+            and not vllm_pods()
+        ),
+        timeout=120,
+        what="the Deployment and its pod garbage-collected",
+    )
     print("kind tier timings (s):", {k: round(v, 1) for k, v in timings.items()})
