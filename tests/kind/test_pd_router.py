@@ -76,15 +76,22 @@ for prompt in prompts:
 print(json.dumps(out))
 """
 
-# Opens host:port with a timeout; prints "open <first line>" or "closed <error>".
+# Opens host:port with a timeout; prints "open <first line, if the peer speaks first>" or
+# "closed <error>" (the connection itself failed: refused, or dropped until the timeout).
 CONNECT = r"""
 import socket, sys
 try:
-    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])) as c:
-        c.settimeout(3)
-        print("open", c.recv(256).decode(errors="replace").strip())
+    conn = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
 except OSError as exc:
     print("closed", repr(exc))
+    sys.exit(0)
+with conn:
+    conn.settimeout(2)
+    try:
+        line = conn.recv(256).decode(errors="replace").strip()
+    except OSError:
+        line = ""  # an HTTP server waits for the request: connected is what counts
+    print("open", line)
 """
 
 
@@ -229,6 +236,7 @@ def run_pair(kc: KindCluster) -> None:
         print(kc.kubectl("describe", "pods", "-n", NS, check=False).stdout[-5000:])
         raise
     timings["ready_1p1d"] = time.monotonic() - t0
+    print(f"1P1D behind the router: Ready {timings['ready_1p1d']:.1f} s after kubectl apply")
     assert obj["status"]["endpoint"]["url"] == f"http://{API}.{NS}.svc:8000", obj["status"]
     (prefill,) = role_pods(kc, "prefill")
     (decode,) = role_pods(kc, "decode")
@@ -261,8 +269,11 @@ def run_pair(kc: KindCluster) -> None:
     # The same client cannot reach an engine's HTTP port itself: only the router can.
     direct = connect(kc, client, CLIENT_NS, decode["status"]["podIP"], ENGINE_PORT)
     assert direct.startswith("closed"), direct
+    # The router found both engines itself (vllm-router's service discovery, by pod labels).
     rlog = kc.kubectl("logs", router["metadata"]["name"], "-n", NS).stdout
-    print("router log (tail):", rlog[-1500:])
+    for pod, kind in ((prefill, "Prefill"), (decode, "Decode")):
+        found = f"Adding pod: {pod['metadata']['name']} | type: Some({kind})"
+        assert found in rlog, rlog[-3000:]
 
     # The side channel: the decode pod opens it; another namespace's pod and a pod carrying
     # another serving's labels (a decode pod of serving "other") cannot.
