@@ -1,8 +1,9 @@
 """The README's kind recipe as the script the kind tier runs.
 
 The recipe is read from the README's section "### With Docker: kind" (its first ``sh`` block) and
-run with bash, with one declared substitution: ``docker build`` would pull the Python base image,
-so the offline build of the same Dockerfile (``hack/build-image.sh``) builds it under the same tag.
+run with bash, with one declared substitution: ``docker build`` (of the operator's image and of
+the router's, target ``router``) would pull the Python base image, so the offline build of the same
+Dockerfile (``hack/build-image.sh``, which builds both targets) builds them under the same tags.
 The cache directory the README names (``~/.cache/deepseek-operator``) becomes ``DSO_CACHE`` when
 that is set.
 """
@@ -19,7 +20,12 @@ SECTION = "### With Docker: kind"
 CACHE = pathlib.Path(os.environ.get("DSO_CACHE", "~/.cache/deepseek-operator")).expanduser()
 # `docker build` pulls python:3.11.7-slim-bookworm; here no registry answers.
 OFFLINE_BUILD = {
-    "docker build -t deepseek-operator:dev .": "DSO_IMAGE=deepseek-operator:dev hack/build-image.sh >/dev/null"
+    "docker build -t deepseek-operator:dev .": "DSO_IMAGE=deepseek-operator:dev hack/build-image.sh >/dev/null",
+    # The same script builds the router target too; run again (cached: seconds) under the README's tag.
+    "docker build --target router -t deepseek-operator-router:dev .": (
+        "DSO_IMAGE=deepseek-operator:dev DSO_ROUTER_IMAGE=deepseek-operator-router:dev"
+        " hack/build-image.sh >/dev/null"
+    ),
 }
 
 
@@ -51,5 +57,6 @@ def recipe_commands() -> list[str]:
 def readme_recipe() -> str:
     """The README's kind recipe as a bash script."""
     commands = recipe_commands()
-    assert any("hack/build-image.sh" in c for c in commands), "the README's docker build line moved"
+    builds = [c for c in commands if "hack/build-image.sh" in c]
+    assert len(builds) == len(OFFLINE_BUILD), "the README's docker build lines moved"
     return "\n".join(commands)
