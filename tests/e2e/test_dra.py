@@ -265,18 +265,19 @@ def test_a_pair_that_fits_each_role_alone_but_not_both_is_not_created(
     assert cp.kubectl_json("get", "deployments", "-n", namespace)["items"] == []
     cp.kubectl("delete", "pod/holder", "resourceclaim/holder-gpus", "-n", namespace)
     wait_condition(cp, namespace, "Placeable", "True", name="pd", timeout=120)
-    names = wait_for(
+    # Both roles' Deployments and the router's (pd-api), together.
+    expected = ["pd-api", "pd-decode", "pd-prefill"]
+    wait_for(
         lambda: (
             sorted(
                 d["metadata"]["name"]
                 for d in cp.kubectl_json("get", "deployments", "-n", namespace)["items"]
             )
-            or None
+            == expected
         ),
         timeout=60,
-        what="both roles' Deployments",
+        what=f"the Deployments {expected}",
     )
-    assert names == ["pd-decode", "pd-prefill"]
 
 
 READY, FAILED = "ComputeDomainReady", "ComputeDomainFailed"  # condition types the test picks
