@@ -14,7 +14,7 @@ gateway, Prometheus): the operator's NetworkPolicies admit the router and these 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import ConfigDict, Field
 
@@ -29,16 +29,6 @@ from deepseek_operator.api.core_v1 import (
 )
 from deepseek_operator.api.sections import ApiModel, ResourcesSpec
 
-ROUTER_POLICIES = (
-    "random",
-    "round_robin",
-    "cache_aware",
-    "kv_aware",
-    "power_of_two",
-    "consistent_hash",
-    "sticky_least_loaded",
-)
-"""vllm-router's ``--policy`` choices (vllm_router/router_args.py of the pinned release)."""
 RouterPolicy = Literal[
     "random",
     "round_robin",
@@ -48,6 +38,9 @@ RouterPolicy = Literal[
     "consistent_hash",
     "sticky_least_loaded",
 ]
+"""vllm-router's ``--policy`` choices (vllm_router/router_args.py of the pinned release)."""
+ROUTER_POLICIES: tuple[str, ...] = get_args(RouterPolicy)
+"""The same choices as a tuple (what the conformance test compares with vllm-router's)."""
 MAX_ROUTER_REPLICAS = 64
 MAX_ENGINE_PEERS = 16
 
