@@ -10,35 +10,22 @@ that command, except under CI or DSO_REQUIRE_CLUSTER=1 (`make test`) where it fa
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import subprocess
 from typing import Any
 
-import pytest
-
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.router import ROUTER_POLICIES
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.names import VLLM_ROUTER_VERSION
 from deepseek_operator.render.router import engine_selectors, router_args
+from tests.router_venv import router_venv_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CACHE = pathlib.Path(os.environ.get("DSO_CACHE", pathlib.Path.home() / ".cache/deepseek-operator"))
-ROUTER_PYTHON = CACHE / "vllm-router" / VLLM_ROUTER_VERSION / "bin/python"
 
 
 def _router_python() -> pathlib.Path:
-    if not ROUTER_PYTHON.exists():
-        message = (
-            f"vllm-router {VLLM_ROUTER_VERSION} is not installed: run hack/install-vllm-router.sh"
-        )
-        required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-        if required or os.environ.get("DSO_REQUIRE_CLUSTER", "") not in ("", "0"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return ROUTER_PYTHON
+    return router_venv_file("bin/python")
 
 
 def ask(argvs: list[list[str]]) -> list[dict[str, Any]]:

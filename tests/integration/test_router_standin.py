@@ -28,27 +28,17 @@ import pytest
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.names import VLLM_ROUTER_VERSION
 from deepseek_operator.render.router import engine_selectors, router_args, router_pod_template
+from tests.router_venv import VENV, router_venv_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "tests/kind/vllm-standin/vllm"
-CACHE = pathlib.Path(os.environ.get("DSO_CACHE", pathlib.Path.home() / ".cache/deepseek-operator"))
-ROUTER = CACHE / "vllm-router" / VLLM_ROUTER_VERSION / "bin/vllm-router"
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60
 
 
 def _router_binary() -> pathlib.Path:
-    if not ROUTER.exists():
-        message = (
-            f"vllm-router {VLLM_ROUTER_VERSION} is not installed: run hack/install-vllm-router.sh"
-        )
-        required = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-        if required or os.environ.get("DSO_REQUIRE_CLUSTER", "") not in ("", "0"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return ROUTER
+    return router_venv_file("bin/vllm-router")
 
 
 def free_port() -> int:
@@ -237,7 +227,7 @@ def _vllm_kv_transfer_keys(release: str) -> set[str]:
     import ast
     import glob
 
-    venv = CACHE / "vllm" / release
+    venv = VENV.parents[1] / "vllm" / release
     found = glob.glob(str(venv / "lib/python3*/site-packages" / VLLM_PULL_SCHEDULER))
     if not found:
         message = f"vLLM {release} is not installed: run hack/install-vllm.sh --newest"
