@@ -285,7 +285,8 @@ def v4_flash_dense() -> tuple[int, int]:
 
 
 _V4_FLASH_SHARDED, _V4_FLASH_REPLICATED = v4_flash_dense()
-# Every V4 / V4.1 checkpoint: 1,048,576 positions, qk_rope_head_dim 64.
+# Every V4 / V4.1 checkpoint: 1,048,576 positions, qk_rope_head_dim 64 (V4.1: INFERRED, the same
+# rotary layout; its models/deepseek_v41/common/rope.py builds the two caches the same way).
 _V4_ROPE_CACHE = rope_cache_bytes(1_048_576, 64)
 
 GEOMETRY: dict[str, CapacityGeometry] = {
