@@ -172,16 +172,16 @@ def test_gb10_profiler_reservation_matches_the_allowance() -> None:
     assert off(cap.allowance, reserved) < TOLERANCE
 
 
-# What the reservations modelled since the first calibration add per rank at TP2 (the dense
-# layers vLLM replicates, 1.20 GiB, of which sharding would have left half, and the 0.5 GiB of
-# rotary caches), and the unexplained remainder: predicted KV room less the logged one, GiB.
+# The unexplained remainder of each TP2 gap: predicted KV room less the logged one, GiB. The
+# test also pins what the replicated dense layers (1.20 GiB, half of which sharding would have
+# saved at TP2) and the 0.5 GiB of rotary caches reserve per GPU: 1.10 GiB.
 @pytest.mark.parametrize(
     ("ident", "unexplained"), [("gh200-tp2-flash-30k", 7.62), ("h20-tp2-flash-121k", 1.58)]
 )
 def test_kv_room_for_tp2_on_96_gb_hopper_is_the_known_gap(ident: str, unexplained: float) -> None:
     # NOT within 10 %: predicted KV room 13.06 / 9.28 GiB against 5.44 / 7.7 GiB logged (+140 %
-    # / +20.5 %; +158 % / +33 % before the replicated layers and rotary caches were modelled,
-    # which explain 1.10 GiB of each gap). What vLLM reserved there besides (CUDA graphs: the
+    # / +20.5 %; +158 % / +33 % before the replicated layers and rotary caches were modelled:
+    # they reserve 1.10 GiB more per GPU, the recount of the sharded part 0.14 GiB less). What vLLM reserved there besides (CUDA graphs: the
     # offline GH200 run captures up to 512 tokens under FULL_AND_PIECEWISE, the H20 one up to 64
     # with 32 sequences; the all-reduce workspace; non-torch memory) is not in the logs'
     # published lines. This pins the gap (docs/capacity.md): a change of the model that moves
