@@ -505,7 +505,7 @@ def test_flashinfer_moe_ep_deep_gemm_is_deepseek_only() -> None:
         ),
         gb200_pool(),
     )
-    assert pro.reason == "KVCacheCapacityFailed" and "weights 198.25 GiB/GPU" in pro.message
+    assert pro.reason == "KVCacheCapacityFailed" and "weights 198.75 GiB/GPU" in pro.message
 
 
 def test_release_from_spec_image_tag_or_newest() -> None:

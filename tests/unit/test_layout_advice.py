@@ -52,7 +52,7 @@ def test_tp8_v4_flash_on_8_b200_is_advised_dp8() -> None:
     assert [o.chosen for o in layouts] == [False, False, False, True]
     requests = [o.concurrent_requests for o in layouts]
     assert requests == sorted(requests, reverse=True)
-    # KV is replicated over TP: DP8 holds ~7.6 x TP8 (vllm#51454 logged 7.7 x on 0.25.0).
+    # KV is replicated over TP: DP8 holds ~7.7 x TP8 (vllm#51454 logged 7.7 x on 0.25.0).
     assert 7 < requests[0] / requests[-1] < 8
     line = L.advice_line(layouts)
     assert line.startswith("layout advice: TP1 x DP8 + EP holds")

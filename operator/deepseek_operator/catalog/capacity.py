@@ -97,6 +97,12 @@ class CapacityGeometry:
     # "v41-flash": the groups depend on the release, the GPU and TP through the attention class
     # vLLM picks (catalog/capacity_v41.py, proven the same way), not on kv_groups.
     kv_layout: str | None = None
+    # Bytes of the dense part vLLM builds whole on every TP rank (``ReplicatedLinear`` and
+    # ``disable_tp`` layers, fp32 hyper-connection mixers, routers), split over pipeline stages
+    # only; ``dense_bytes`` is then the TP-sharded rest. 0 where the split is not counted.
+    replicated_bytes: int = 0
+    # The fp32 rotary cos/sin caches every rank holds as buffers (``rope_cache_bytes``).
+    rope_cache_bytes: int = 0
 
 
 # V4 (models/deepseek_v4/attention.py + compressor.py, 0.33.0): every layer keeps a 128-token
@@ -213,21 +219,91 @@ _V41_FLASH_BF16 = (
     KvRecord("compressor-ring", 40, 2 * 2 * 512 * 4, circular_rows=8),
 )
 
+
+def rope_cache_bytes(max_positions: int, rope_dim: int) -> int:
+    """The fp32 rotary caches one rank of a DeepSeek V4 / V4.1 model holds.
+
+    vLLM (models/deepseek_v4/common/rope.py ``build_deepseek_v4_rope``, the same in
+    models/deepseek_v41/, 0.30.0-0.33.0) builds every layer's rotary embedding with
+    ``max_position=config.max_position_embeddings`` (not ``--max-model-len``) and
+    ``is_deepseek_v4``, so ``get_rope`` returns a ``DeepseekV4ScalingRotaryEmbedding``
+    (model_executor/layers/rotary_embedding/deepseek_scaling_rope.py), whose ``__init__``
+    registers an fp32 ``cos_sin_cache`` of ``original_max_position x factor`` rows by
+    ``rope_dim`` (cos and sin halves) on the GPU. ``get_rope`` shares one instance per
+    parameter set: the sliding-window layers' (theta 10000, factor 1 over all positions) and
+    the compressed layers' (theta 160000, YaRN factor 16 over 65,536 positions), both
+    ``max_positions`` rows: two caches, whatever TP, 256 MiB each at 1M positions and 64
+    rotary dimensions. They are not in the checkpoint, so not in its stored size.
+    """
+    return 2 * max_positions * rope_dim * 4
+
+
+def v4_flash_dense() -> tuple[int, int]:
+    """V4-Flash's dense part as vLLM 0.30.0-0.33.0 builds it: (TP-sharded, replicated) bytes.
+
+    Counted from its constructors (models/deepseek_v4/attention.py ``DeepseekV4Attention`` and
+    ``DeepseekV4Indexer``, compressor.py ``DeepseekCompressor``, nvidia/model.py
+    ``DeepseekV4DecoderLayer`` and ``DeepseekV4MoE``) on V4-Flash's config.json (transformers'
+    ``DeepseekV4Config`` defaults): hidden 4096, 64 heads of 512, q_lora_rank 1024, 8 o_groups
+    of o_lora_rank 1024, indexer 64 heads of 128, vocab 129280, hc_mult 4, 256 routed experts.
+    Linear layers with the checkpoint's quant config are FP8 (1 B; the e8m0 block scales,
+    1 B per 128 x 128, are left out), those built with ``quant_config=None`` BF16.
+
+    - Sharded over TP: ``wq_b`` and ``wo_a`` (``ColumnParallelLinear``) and ``wo_b``
+      (``RowParallelLinear``), 3 x 1024 x 32768 FP8 per layer; the BF16 embedding
+      (``VocabParallelEmbedding``) and LM head (``ParallelLMHead``).
+    - Whole on every TP rank: ``fused_wqa_wkv`` (``MergedColumnParallelLinear`` with
+      ``disable_tp``, 4096 x (1024 + 512) FP8); the compressor's ``fused_wkv_wgate``
+      (``disable_tp``, ``quant_config=None``: 4096 x 2 x coff x 512 BF16, coff 2 at ratio 4,
+      1 at ratio 128); the ratio-4 indexer's ``wq_b`` (``ReplicatedLinear``, 1024 x 8192 FP8),
+      ``weights_proj`` (4096 x 64 BF16) and its compressor (4096 x 2 x 2 x 128 BF16); the router
+      (``GateLinear``, a ``ReplicatedLinear``, 4096 x 256 BF16); the hyper-connection mixers
+      ``hc_attn_fn`` / ``hc_ffn_fn`` (2 x 24 x 16384 fp32). Norms, sinks, ``ape``, biases and
+      the three hash layers' token tables (together < 0.05 GiB) are left out.
+
+    1.20 GiB replicated, 6.00 GiB sharded; the former estimate (284B parameters less the
+    experts, all sharded) had 7.49 GiB, all sharded.
+    """
+    hidden, q_lora, head, heads = 4096, 1024, 512, 64
+    index_heads, index_head = 64, 128
+    n4 = sum(1 for r in V4_FLASH_RATIOS if r == 4)
+    n128 = sum(1 for r in V4_FLASH_RATIOS if r == 128)
+    layers = len(V4_FLASH_RATIOS)
+    sharded = layers * 3 * q_lora * heads * head + 2 * 129280 * hidden * 2
+    per_layer = (
+        hidden * (q_lora + head)  # fused_wqa_wkv, FP8
+        + hidden * 256 * 2  # router gate, BF16
+        + 2 * (2 + 4) * 4 * 4 * hidden * 4  # hc_attn_fn + hc_ffn_fn, fp32
+    )
+    compressors = n4 * hidden * 2 * 2 * head * 2 + n128 * hidden * 2 * 1 * head * 2
+    indexers = n4 * (
+        q_lora * index_heads * index_head  # wq_b, FP8
+        + hidden * index_heads * 2  # weights_proj, BF16
+        + hidden * 2 * 2 * index_head * 2  # the indexer's compressor, BF16
+    )
+    return sharded, layers * per_layer + compressors + indexers
+
+
+_V4_FLASH_SHARDED, _V4_FLASH_REPLICATED = v4_flash_dense()
+# Every V4 / V4.1 checkpoint: 1,048,576 positions, qk_rope_head_dim 64 (V4.1: INFERRED, the same
+# rotary layout; its models/deepseek_v41/common/rope.py builds the two caches the same way).
+_V4_ROPE_CACHE = rope_cache_bytes(1_048_576, 64)
+
 GEOMETRY: dict[str, CapacityGeometry] = {
-    # INFERRED: 284B parameters minus 256 x 3 x 4096 x 2048 x 43 routed leaves ~7e9 in FP8 and the
-    # BF16 embedding/LM head (129280 x 4096 x 2 x 2 B); the shared experts are counted apart.
     "deepseek-ai/DeepSeek-V4-Flash": CapacityGeometry(
         num_layers=43,
         top_k=6,
         n_shared_experts=1,
         max_model_len=1_048_576,
-        dense_bytes=7 * 10**9 - 43 * 3 * 4096 * 2048 + 129280 * 4096 * 2 * 2,
+        dense_bytes=_V4_FLASH_SHARDED,
+        replicated_bytes=_V4_FLASH_REPLICATED,
+        rope_cache_bytes=_V4_ROPE_CACHE,
         draft_layers=1,
         kv_records={
             "packed": _v4_records(V4_FLASH_RATIOS, 584),
             "bf16": _v4_records(V4_FLASH_RATIOS, 1024),
         },
-        source="HF config (43 layers, top-6, 1 shared expert, 1M positions); 284B parameters",
+        source="HF config (43 layers, top-6, 1 shared expert, 1M positions); vLLM's constructors",
         kv_groups=_V4_FLASH_GROUPS,
     ),
     # The checkpoint's stored sizes: attention / norms / routers 5.6 GiB (of which the FP8 shared
@@ -239,6 +315,7 @@ GEOMETRY: dict[str, CapacityGeometry] = {
         n_shared_experts=1,
         max_model_len=1_048_576,
         dense_bytes=int((5.6 + 5.8) * GIB) - 40 * 3 * 5120 * 2304,
+        rope_cache_bytes=_V4_ROPE_CACHE,
         draft_layers=1,
         kv_records={"packed": _V41_FLASH_PACKED, "bf16": _V41_FLASH_BF16},
         source="HF config (40 layers, top-6, 1 shared expert); stored sizes of the checkpoint",
@@ -262,6 +339,7 @@ GEOMETRY["deepseek-ai/DeepSeek-V4-Pro"] = CapacityGeometry(
     n_shared_experts=1,
     max_model_len=1_048_576,
     dense_bytes=865 * 10**9 - 62 * (384 * _PRO_EXPERT_ELEMENTS * 17 // 32 + _PRO_EXPERT_ELEMENTS),
+    rope_cache_bytes=_V4_ROPE_CACHE,
     draft_layers=1,
     kv_records={
         "packed": _v4_records(V4_PRO_RATIOS, 584),

@@ -82,6 +82,8 @@ class Weights:
     shared: int  # shared experts as the FusedMoE path shards them over TP
     dense: int  # attention, norms, routers, embedding, LM head (sharded over TP)
     draft: int  # the speculative draft's layers
+    replicated: int = 0  # the dense layers vLLM builds whole on every TP rank
+    rope_cache: int = 0  # fp32 rotary cos/sin caches (buffers, not in the checkpoint)
     padding: int = 0  # MegaMoE: routed experts padded to its intermediate multiple
     retained_shared: int = 0  # MegaMoE: the original shared weights kept beside the fused copy
     replicated_shared: int = 0  # MegaMoE: the shared expert replicated instead of TP-sharded
@@ -94,6 +96,8 @@ class Weights:
             + self.shared
             + self.dense
             + self.draft
+            + self.replicated
+            + self.rope_cache
             + self.padding
             + self.retained_shared
             + self.replicated_shared
@@ -184,21 +188,28 @@ def weights_per_gpu(
     routed = int(routed_elems * per_elem)
     shared_full = int(geometry.n_shared_experts * 3 * hidden * inter * layers)  # FP8, 1 B
     dense = int(geometry.dense_bytes / tp / pp)
+    # Whole on every TP rank (ReplicatedLinear / disable_tp layers); stages split the layers.
+    replicated = int(geometry.replicated_bytes / pp)
     draft = 0
     if spec.engine.speculative_config is not None:
         draft_experts = facts.num_draft_routed_experts or facts.num_routed_experts
         draft = int(
             draft_experts * 3 * hidden * inter * geometry.draft_layers * routed_share * per_elem
         )
+    common = {
+        "routed": routed,
+        "shared": shared_full // tp,
+        "dense": dense,
+        "draft": draft,
+        "replicated": replicated,
+        "rope_cache": geometry.rope_cache_bytes,
+    }
     if not mega_moe:
-        return Weights(routed=routed, shared=shared_full // tp, dense=dense, draft=draft)
+        return Weights(**common)
     multiple = behaviour.mega_moe_intermediate_multiple
     padded = -(-inter // multiple) * multiple if multiple else inter
     return Weights(
-        routed=routed,
-        shared=shared_full // tp,
-        dense=dense,
-        draft=draft,
+        **common,
         padding=int(routed * (padded - inter) / inter),
         retained_shared=shared_full if behaviour.mega_moe_retains_shared else 0,
         # MegaMoE's fused shared expert is whole on every rank (sequence parallel or TP 1).
