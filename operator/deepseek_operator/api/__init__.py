@@ -1,7 +1,8 @@
 """The DeepSeekServing API: the typed spec and status, their rules, the CRD made from them.
 
 :mod:`.spec` and :mod:`.status` are the pydantic models, the one source of the CRD's schema
-(:mod:`.crd` generates it; ``deepseek-operator crds``). :mod:`.rules` is the table of static
+(:mod:`.crd` generates it; ``deepseek-operator crds``), all built on the one
+base :class:`.base.ApiModel`. :mod:`.rules` is the table of static
 spec rules, each defined once and enforced twice: as CEL in the CRD (the API server refuses a bad
 object at admission) and in Python on load. :mod:`.load` turns an object (YAML or the API
 server's dict) into a validated spec; :mod:`.admission` admits one offline exactly as the API

@@ -20,8 +20,9 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from deepseek_operator.api.backends import normalize_backend
+from deepseek_operator.api.base import ApiModel
 from deepseek_operator.api.limits import INT32_MAX, MAX_REPLICAS
-from deepseek_operator.api.sections import ApiModel, ParallelismSpec, ResourcesSpec
+from deepseek_operator.api.sections import ParallelismSpec, ResourcesSpec
 
 NIXL_CONNECTOR = "NixlConnector"
 """The one KV connector modelled: its compatibility hash, side channel and roles are known."""
