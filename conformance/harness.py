@@ -52,9 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance.capacity_check import check_capacity
-from deepseek_operator.api.eplb import redundant_experts
+from deepseek_operator.api.extra_args.eplb import redundant_experts
 from deepseek_operator.api.load import parse_spec_types
-from deepseek_operator.api.rules import SPEC_RULES
+from deepseek_operator.api.rules.check import SPEC_RULES
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V41_ARCH, CheckpointFacts, find_checkpoint
 from deepseek_operator.catalog.vllm import newest_release, supported_releases, vllm_release
@@ -240,7 +240,7 @@ def generated_cases() -> Iterator[Case]:
         yield Case(ident, raw)
 
 
-# EPLB redundant experts set through extraArgs (api/eplb.py), in the spellings a spec may use, and
+# EPLB redundant experts set through extraArgs (api/extra_args/eplb.py), in the spellings a spec may use, and
 # the parser's precedence: a later --eplb-config replaces the whole config, dotted keys win.
 REDUNDANT_SPELLINGS: dict[str, list[str]] = {
     "": [],
