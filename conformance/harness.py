@@ -41,9 +41,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -52,9 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance.capacity_check import check_capacity
-from deepseek_operator.api.eplb import redundant_experts
+from conformance.launcher import ROOT, ask, oracle_python, run_module
+from deepseek_operator.api.extra_args.eplb import redundant_experts
 from deepseek_operator.api.load import parse_spec_types
-from deepseek_operator.api.rules import SPEC_RULES
+from deepseek_operator.api.rules.check import SPEC_RULES
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V41_ARCH, CheckpointFacts, find_checkpoint
 from deepseek_operator.catalog.vllm import newest_release, supported_releases, vllm_release
@@ -64,9 +63,6 @@ from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.names import GFD_CLIQUE
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.render.argv import LEADER_ADDRESS, WORKER_INDEX, PodRole, vllm_args
-
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("DSO_CACHE", Path.home() / ".cache/deepseek-operator"))
 
 # One GPU product per compute capability the harness checks (the catalog's exact products).
 CAPABILITY_PRODUCTS: dict[tuple[int, int], str] = {
@@ -240,7 +236,7 @@ def generated_cases() -> Iterator[Case]:
         yield Case(ident, raw)
 
 
-# EPLB redundant experts set through extraArgs (api/eplb.py), in the spellings a spec may use, and
+# EPLB redundant experts set through extraArgs (api/extra_args/eplb.py), in the spellings a spec may use, and
 # the parser's precedence: a later --eplb-config replaces the whole config, dotted keys win.
 REDUNDANT_SPELLINGS: dict[str, list[str]] = {
     "": [],
@@ -419,29 +415,9 @@ class ReleaseReport:
     seconds: float = 0.0
 
 
-def oracle_python(release: str) -> Path:
-    """The release's virtualenv python (hack/install-vllm.sh installs it)."""
-    return CACHE / "vllm" / release / "bin/python"
-
-
 def run_oracle(release: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
     """Ask the release's own code about every query, in one process."""
-    python = oracle_python(release)
-    if not python.exists():
-        raise SystemExit(
-            f"error: vLLM {release} is not installed ({python} missing): run hack/install-vllm.sh {release}"
-        )
-    proc = subprocess.run(
-        [str(python), "-m", "conformance.oracle"],
-        input=json.dumps(queries),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"error: the vLLM {release} oracle failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+    return ask(release, "conformance.oracle", queries)
 
 
 def parsed_mismatches(
@@ -635,13 +611,7 @@ def check_release(release: str, cases: list[Case]) -> ReleaseReport:
 
 def names_and_sets(release: str) -> list[str]:
     """(a): the shipped catalog file equals a fresh export of the installed release."""
-    proc = subprocess.run(
-        [str(oracle_python(release)), "-m", "conformance.extract", "--out", "-"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    proc = run_module(release, "conformance.extract", "--out", "-")
     if proc.returncode != 0:
         return [f"[names] the extractor failed: {proc.stderr[-2000:]}"]
     fresh = json.loads(proc.stdout)

@@ -36,14 +36,11 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from conformance.harness import example_servings, pod_env
+from conformance.launcher import ROOT, ask
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.catalog.vllm import supported_releases
 from deepseek_operator.engine.checks import CheckCategory
@@ -53,8 +50,6 @@ from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan
 from deepseek_operator.render.workload import render_objects
 
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("DSO_CACHE", Path.home() / ".cache/deepseek-operator"))
 NOW = "2026-12-04T00:00:00Z"
 # The checkpoint's KV geometry as the hash reads it: the same checkpoint in both roles, so only
 # equality matters; a stand-in for what the release would read from config.json.
@@ -234,22 +229,6 @@ def _unchecked(raw: dict[str, Any]) -> ServingObject:
     )
 
 
-def _oracle(release: str, cases: list[dict[str, Any]]) -> dict[str, Any]:
-    python = CACHE / "vllm" / release / "bin" / "python"
-    proc = subprocess.run(
-        [str(python), "-m", "conformance.pd_oracle"],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"vLLM {release} oracle failed:\n{proc.stderr[-4000:]}")
-    told: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return told
-
-
 def run_release(release: str, limit: int | None) -> tuple[dict[str, int], list[str]]:
     """The counts and mismatches of one release."""
     inventory = build_inventory(
@@ -315,7 +294,7 @@ def run_release(release: str, limit: int | None) -> tuple[dict[str, int], list[s
         "examples_refused": 0,
         "kv_refusals": len(families),
     }
-    told = _oracle(release, cases)
+    told = ask(release, "conformance.pd_oracle", cases)
     specialized_refuses = told["specialized_decode_refuses_kv_transfer"]
     for answer in told["answers"]:
         case_id, pods = answer["id"], answer["pods"]

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, get_args
 
-from pydantic import BaseModel
+import yaml
+from pydantic import BaseModel, TypeAdapter
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
@@ -31,12 +32,26 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _yaml(value: Any) -> str:
+    """A default as a user writes it in the manifest: one line of YAML flow style.
+
+    Models are dumped by their camelCase aliases with the unset (null) fields left out, as a
+    manifest would leave them out; scalars print as YAML scalars (``null``, ``false``, ``mp``).
+    """
+    if isinstance(value, BaseModel):
+        data = value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    else:
+        data = TypeAdapter(Any).dump_python(value, mode="json")
+    text = yaml.safe_dump(data, default_flow_style=True, width=10**6, sort_keys=False)
+    return text.removesuffix("\n...\n").strip()
+
+
 def _rows(model: type[BaseModel], prefix: str) -> list[str]:
     rows = []
     for name, info in model.model_fields.items():
         alias = info.alias or name
         path = f"{prefix}.{alias}"
-        default = "" if info.is_required() else repr(info.get_default(call_default_factory=True))
+        default = "" if info.is_required() else _yaml(info.get_default(call_default_factory=True))
         default = default.replace("|", "\\|")
         text = (info.description or "").replace("|", "\\|").replace("\n", " ")
         sub = _submodel(info.annotation)

@@ -409,7 +409,7 @@ EMBEDDED_FIELDS: dict[str, st.SearchStrategy[Any]] = {
 # an option before them, model names across the Hugging Face charset and beyond, null at any spec
 # path, a number where a string belongs, and documents whose aliases multiply their size.
 
-from deepseek_operator.api import extra_args as _argv  # noqa: E402
+from deepseek_operator.api.extra_args import parser as _argv  # noqa: E402
 
 _OPTION_NAMES = st.sampled_from(sorted(_argv.OPTIONS))
 _VALUE_WORDS = st.one_of(

@@ -108,7 +108,7 @@ so no request can complete (a prefill needs a decode to hand its KV cache to, an
 # <n>-<role> for each role of a disaggregated one; the serving-wide ones (SERVING_CHILDREN) after
 # <n>. Names are unique per kind, so two servings <a> and <b> = <a> + u take one name exactly
 # when t1 = u + t2 for two suffixes t1, t2 of one kind; RESERVED_NAME_ENDINGS is every such u,
-# computed, and admission refuses a serving name that ends in one (api/value_rules.py). A new
+# computed, and admission refuses a serving name that ends in one (api/rules/values.py). A new
 # child: add its (kind, suffix) below and run `make generate` (the CRD's CEL rule follows).
 # Renaming a child renames it in every running serving (and rolls its pods): never casually.
 

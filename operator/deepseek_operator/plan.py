@@ -245,33 +245,55 @@ def plan(
         ("resolve", serving.spec.model_dump_json(), previous, apis, inventory.claim_key(owner)),
         lambda: resolve(serving.spec, inventory, previous, apis, owner=owner),
     )
+    rendered, status = _workload(
+        serving,
+        res,
+        inventory,
+        observed,
+        now,
+        generation=serving.generation,
+        previous_conditions=observed.conditions,
+        groups=observed.groups,
+    )
+    objects, status = _routing(serving, [(serving, res)], rendered, status, observed, now, apis)
+    return Plan(resolution=res, objects=objects, status=status)
+
+
+def _workload(
+    obj: ServingObject,
+    res: Resolution,
+    inventory: NodeInventory,
+    observed: Observed,
+    now: str,
+    *,
+    generation: int,
+    previous_conditions: tuple[Condition, ...],
+    groups: Mapping[int, GroupPods],
+) -> tuple[list[dict[str, Any]], DeepSeekServingStatus]:
+    """One workload's children and status from its decision: the serving's own, or a role's
+    (``obj`` is then the role's projection, ``previous_conditions`` and ``groups`` its own).
+
+    The replicas it may create now (:func:`workload_size`: capacity and maxPendingReplicas) size
+    both the rendered workload and the status.
+    """
     size = workload_size(
-        serving.spec.replicas,
+        obj.spec.replicas,
         res.placement.capacity,
-        serving.spec.max_pending_replicas,
-        observed.applied_replicas(res, serving),
+        obj.spec.max_pending_replicas,
+        observed.applied_replicas(res, obj),
     )
     status = build_status(
         res,
-        generation=serving.generation,
-        ready_replicas=observed.ready_replicas(res, serving) if observed.live else 0,
+        generation=generation,
+        ready_replicas=observed.ready_replicas(res, obj) if observed.live else 0,
         now=now,
-        previous_conditions=observed.conditions,
+        previous_conditions=previous_conditions,
         observed=observed.live,
         pod_refusal=observed.pod_refusal(),
         workload_size=size,
-        groups=group_statuses(res, inventory, observed.groups) if res.pods_per_replica > 1 else (),
+        groups=group_statuses(res, inventory, groups) if res.pods_per_replica > 1 else (),
     )
-    objects, status = _routing(
-        serving,
-        [(serving, res)],
-        render_objects(serving, res, size.replicas),
-        status,
-        observed,
-        now,
-        apis,
-    )
-    return Plan(resolution=res, objects=objects, status=status)
+    return render_objects(obj, res, size.replicas), status
 
 
 def _routing(
@@ -337,29 +359,18 @@ def _plan_roles(
     objects: list[dict[str, Any]] = []
     statuses = []
     for d in decided:
-        obj = serving.for_role(d.role)
-        res = d.resolution
-        size = workload_size(
-            obj.spec.replicas,
-            res.placement.capacity,
-            obj.spec.max_pending_replicas,
-            observed.applied_replicas(res, obj),
-        )
-        status = build_status(
-            res,
+        rendered, status = _workload(
+            serving.for_role(d.role),
+            d.resolution,
+            inventory,
+            observed,
+            now,
             generation=serving.generation,
-            ready_replicas=observed.ready_replicas(res, obj) if observed.live else 0,
-            now=now,
             previous_conditions=observed.role_conditions(d.role),
-            observed=observed.live,
-            pod_refusal=observed.pod_refusal(),
-            workload_size=size,
-            groups=group_statuses(res, inventory, observed.role_groups.get(d.role, {}))
-            if res.pods_per_replica > 1
-            else (),
+            groups=observed.role_groups.get(d.role, {}),
         )
         statuses.append(role_status(d.role, status))
-        for child in map(with_template_hash, render_objects(obj, res, size.replicas)):
+        for child in map(with_template_hash, rendered):
             if child["kind"] == COMPUTE_DOMAIN_KIND:
                 # One ComputeDomain serves both roles (the serving's, no role label): once.
                 if any(o["kind"] == COMPUTE_DOMAIN_KIND for o in objects):

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conformance.harness import oracle_python
+from conformance.launcher import oracle_python
 from deepseek_operator.catalog.vllm import newest_release
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.api.value_rules import NAME_ENDING_RULE
+from deepseek_operator.api.rules.values import NAME_ENDING_RULE
 from tests.gpu_nodes import agent_labels, make_gpu_node
 from tests.k8s.cluster import ControlPlane, unique_name, wait_for
 from tests.k8s.conditions import wait_condition

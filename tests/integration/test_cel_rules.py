@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.api.rules import SPEC_RULES
+from deepseek_operator.api.rules.check import SPEC_RULES
 from tests.k8s.cluster import ControlPlane
 from tests.unit.test_disaggregation_api import CASES as ROLE_CASES
 

@@ -9,9 +9,14 @@ import pytest
 import yaml
 
 from deepseek_operator.api.crd import build_crd, crd_yaml
+from deepseek_operator.api.extra_args.owned_flags import (
+    MODEL_CONFIG_KEYS,
+    OWNED_FLAGS,
+    UNOWNED_PREFIX_FLAGS,
+)
 from deepseek_operator.api.load import parse_serving, parse_spec
-from deepseek_operator.api.owned_flags import MODEL_CONFIG_KEYS, OWNED_FLAGS, UNOWNED_PREFIX_FLAGS
-from deepseek_operator.api.rules import SPEC_RULES, VLLM_MEGA_MOE_REQUIRES_EP
+from deepseek_operator.api.rules.check import SPEC_RULES
+from deepseek_operator.api.rules.cross_field import VLLM_MEGA_MOE_REQUIRES_EP
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import CRD_FILENAME
 

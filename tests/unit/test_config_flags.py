@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deepseek_operator.api.config_flags import final_config, normalised
+from deepseek_operator.api.extra_args.config_flags import final_config, normalised
 
 
 def _additional(args: list[str]) -> object:

@@ -13,9 +13,8 @@ import yaml
 
 from deepseek_operator.api.crd import build_crd
 from deepseek_operator.api.load import parse_serving, parse_spec_types
-from deepseek_operator.api.role_checks import check_roles
-from deepseek_operator.api.role_rules import HASHED_FLAGS
-from deepseek_operator.api.rules import SPEC_RULES, check_spec
+from deepseek_operator.api.rules.check import SPEC_RULES, check_roles, check_spec
+from deepseek_operator.api.rules.disaggregation import HASHED_FLAGS
 from deepseek_operator.errors import SpecError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

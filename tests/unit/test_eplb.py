@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deepseek_operator.api.eplb import (
+from deepseek_operator.api.extra_args.eplb import (
     DOTTED_FORM,
     EPLB_CONFIG_FLAG,
     JSON_FORM,

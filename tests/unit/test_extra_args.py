@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepseek_operator.api import extra_args
+from deepseek_operator.api.extra_args import parser
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.catalog.vllm import vllm_release
 from deepseek_operator.engine.decision import resolve
@@ -36,7 +36,7 @@ def test_options_no_release_reads_are_refused_at_their_index(args: list[str]) ->
             {"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": ["--seed", "1", *args]}}
         )
     assert caught.value.field_path == "spec.engine.extraArgs[2]"
-    assert caught.value.message == extra_args.TEXTS.option
+    assert caught.value.message == parser.TEXTS.option
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_values_no_option_takes_are_refused(args: list[str]) -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec({"model": {"name": "m"}, "image": "i", "engine": {"extraArgs": args}})
     assert caught.value.field_path == "spec.engine.extraArgs"
-    assert caught.value.message == extra_args.VALUES_MESSAGE
+    assert caught.value.message == parser.VALUES_MESSAGE
 
 
 @pytest.mark.parametrize(
@@ -93,4 +93,4 @@ def test_an_option_only_a_newer_release_has_fails_the_release_check_with_the_nea
     assert repr(option) in failed.message and "0.30.0" in failed.message
     newest = resolve(spec(vllmVersion="0.33.0", engine={"extraArgs": [option]}), gb200_pool())
     assert next(c for c in newest.checks if c.name == "ExtraArgsInRelease").passed
-    assert extra_args.nearest(typo, "0.33.0") == option
+    assert parser.nearest(typo, "0.33.0") == option

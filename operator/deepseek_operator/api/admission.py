@@ -35,7 +35,7 @@ from typing import Any
 
 from deepseek_operator.api.admission_cel import run_rules
 from deepseek_operator.api.admission_schema import type_name, walk
-from deepseek_operator.api.value_rules import NAME_RULES
+from deepseek_operator.api.rules.values import NAME_RULES
 from deepseek_operator.errors import SpecError
 
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

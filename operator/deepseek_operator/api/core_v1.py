@@ -12,7 +12,7 @@ message states the rule.
 Where the pod template would refuse only a few exotic values that vLLM never needs, the rule here
 is a little stricter and says so (hugepages in ``spec.resources``, a ``fileKeyRef`` env source).
 
-This module holds the shared patterns and CEL helpers, the base model, and the tolerations,
+This module holds the shared patterns and CEL helpers, and the tolerations,
 node selector, resources, GPU resource name and model cache rules; :mod:`.core_v1_env` holds the
 env var models.
 """
@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, ConfigDict, Field
+
+from deepseek_operator.api.base import ApiModel
 
 # A non-negative Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity), e.g. 32Gi
 # or 500m: ParseQuantity's grammar (its exponent is an integer), '-' only before a zero.
@@ -118,22 +119,6 @@ GPU_RESOURCE_RULE = cel_rule(
 GPU_RESOURCE_RULES = validations(GPU_RESOURCE_RULE)
 
 
-class CoreModel(BaseModel):
-    """Base of the core/v1 models: camelCase aliases, no unknown fields, frozen."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_attribute_docstrings=True,
-        frozen=True,
-    )
-
-    def manifest(self) -> dict[str, Any]:
-        """The object as it goes into the pod template: camelCase, unset fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True)
-
-
 def _int64(value: int) -> int:
     """``value``, refused when a Go int64 (the pod API's type) cannot hold it."""
     if not -(2**63) <= value <= 2**63 - 1:
@@ -144,7 +129,7 @@ def _int64(value: int) -> int:
 _EXISTS = "(has(self.operator) && self.operator == 'Exists')"
 
 
-class Toleration(CoreModel):
+class Toleration(ApiModel):
     """A core/v1 Toleration of the serving pods."""
 
     model_config = ConfigDict(

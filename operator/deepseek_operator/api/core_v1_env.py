@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from deepseek_operator.api.base import ApiModel
 from deepseek_operator.api.core_v1 import (
     DNS_SUBDOMAIN_PATTERN,
-    CoreModel,
     cel_rule,
     cel_str_list,
     label_key,
@@ -54,7 +54,7 @@ _BYTE_DIVISORS: tuple[str, ...] = ("0", "1", "1k", "1M", "1G", "1T", "1P", "1E")
 _BYTE_DIVISORS += ("1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei")
 
 
-class ObjectFieldSelector(CoreModel):
+class ObjectFieldSelector(ApiModel):
     """A field of the pod (the Downward API) as an env var's value."""
 
     api_version: Literal["v1"] | None = None
@@ -92,7 +92,7 @@ _DIVISOR_RULE = cel_rule(
 )
 
 
-class ResourceFieldSelector(CoreModel):
+class ResourceFieldSelector(ApiModel):
     """A resource request or limit of a container as an env var's value."""
 
     model_config = ConfigDict(json_schema_extra=validations(_DIVISOR_RULE))
@@ -115,7 +115,7 @@ class ResourceFieldSelector(CoreModel):
     """Unit the value is divided by (1m or 1 for cpu; 1, 1Ki, 1Mi, 1Gi, … for memory)."""
 
 
-class KeySelector(CoreModel):
+class KeySelector(ApiModel):
     """A key of a ConfigMap or Secret in the serving's namespace."""
 
     name: str = Field(
@@ -146,7 +146,7 @@ class KeySelector(CoreModel):
     """Whether the ConfigMap or Secret (or its key) may be missing."""
 
 
-class EnvVarSource(CoreModel):
+class EnvVarSource(ApiModel):
     """Where an env var's value comes from: exactly one source."""
 
     model_config = ConfigDict(
@@ -173,7 +173,7 @@ class EnvVarSource(CoreModel):
     """A key of a Secret."""
 
 
-class EnvVar(CoreModel):
+class EnvVar(ApiModel):
     """A core/v1 EnvVar of the vLLM container."""
 
     model_config = ConfigDict(

@@ -14,11 +14,10 @@ from typing import Any
 
 import yaml
 
-from deepseek_operator.api.role_checks import ROLE_RULES
-from deepseek_operator.api.rules import SPEC_RULES, rules_for_scope
+from deepseek_operator.api.rules.check import ROLE_RULES, SPEC_RULES, rules_for_scope
+from deepseek_operator.api.rules.values import NAME_RULES
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.api.status import DeepSeekServingStatus
-from deepseek_operator.api.value_rules import NAME_RULES
 from deepseek_operator.names import (
     CATEGORIES,
     CRD_NAME,

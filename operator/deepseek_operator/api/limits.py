@@ -4,7 +4,7 @@ Kubernetes keeps replica counts in int32 and vLLM its sizes in C ints; the bound
 number, and every product the operator computes from them (GPUs per pod, pods per serving, EP
 size), far from any overflow, and cap how many objects one DeepSeekServing can make the operator
 create (a Service, a LeaderWorkerSet and its pods). The types (:mod:`.spec`) read them as field
-bounds, the rules (:mod:`.rules`, :mod:`.value_rules`) as limits on products and names.
+bounds, the rules (:mod:`.rules`) as limits on products and names.
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from deepseek_operator.api.admission import admit
-from deepseek_operator.api.role_checks import check_roles
-from deepseek_operator.api.rules import check_spec
+from deepseek_operator.api.rules.check import check_roles, check_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import API_VERSION, KIND, role_object_name

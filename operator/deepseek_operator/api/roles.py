@@ -7,7 +7,7 @@ parallel layout, ``moeBackend``, the batch-shape engine flags, resources and ext
 vLLM's NIXL compatibility hash covers (model, revision, image / vLLM release, dtype,
 ``kvCacheDtype``, speculative decoding, the hybrid KV-cache manager, attention backend, transfer
 mode) stays in the shared spec, so the two pools hash the same by construction; the rules of
-:mod:`.role_rules` refuse role extraArgs that would change a hashed factor.
+:mod:`.rules.disaggregation` refuse role extraArgs that would change a hashed factor.
 
 The roles are a list keyed by ``role`` so that another role kind (an encoder pool, say) is one
 more enum value, not a schema change.
@@ -20,8 +20,9 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from deepseek_operator.api.backends import normalize_backend
+from deepseek_operator.api.base import ApiModel
 from deepseek_operator.api.limits import INT32_MAX, MAX_REPLICAS
-from deepseek_operator.api.sections import ApiModel, ParallelismSpec, ResourcesSpec
+from deepseek_operator.api.sections import ParallelismSpec, ResourcesSpec
 
 NIXL_CONNECTOR = "NixlConnector"
 """The one KV connector modelled: its compatibility hash, side channel and roles are known."""

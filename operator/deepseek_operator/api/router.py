@@ -18,16 +18,16 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import ConfigDict, Field
 
+from deepseek_operator.api.base import ApiModel
 from deepseek_operator.api.core_v1 import (
     LABEL_KEY_MAX_LENGTH,
     LABEL_KEY_RULE,
     LABEL_VALUE_PATTERN,
-    CoreModel,
     cel_rule,
     label_key,
     validations,
 )
-from deepseek_operator.api.sections import ApiModel, ResourcesSpec
+from deepseek_operator.api.sections import ResourcesSpec
 
 RouterPolicy = Literal[
     "random",
@@ -52,7 +52,7 @@ CIDR_PATTERN = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9A-Fa-f:.]+/[0-9]{1
 _LABEL_VALUE = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]
 
 
-class LabelSelectorRequirement(CoreModel):
+class LabelSelectorRequirement(ApiModel):
     """A metav1.LabelSelectorRequirement."""
 
     model_config = ConfigDict(
@@ -80,7 +80,7 @@ class LabelSelectorRequirement(CoreModel):
     """Values for In and NotIn; empty for Exists and DoesNotExist."""
 
 
-class LabelSelector(CoreModel):
+class LabelSelector(ApiModel):
     """A metav1.LabelSelector: every matchLabels pair and every matchExpressions item must hold."""
 
     match_labels: dict[str, _LABEL_VALUE] | None = Field(
@@ -96,7 +96,7 @@ class LabelSelector(CoreModel):
     """Set-based requirements."""
 
 
-class IPBlock(CoreModel):
+class IPBlock(ApiModel):
     """A networking/v1 IPBlock: a CIDR and the CIDRs inside it to leave out."""
 
     cidr: str = Field(max_length=64, pattern=CIDR_PATTERN)
@@ -108,7 +108,7 @@ class IPBlock(CoreModel):
     """CIDRs inside cidr that are not admitted."""
 
 
-class EnginePeer(CoreModel):
+class EnginePeer(ApiModel):
     """Who may reach the vLLM engines' HTTP port besides the router: a networking/v1
     NetworkPolicyPeer (pods by label, in this namespace or in the namespaces namespaceSelector
     picks, or addresses by CIDR)."""

@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
 )
-from pydantic.alias_generators import to_camel
 
+from deepseek_operator.api.base import ApiModel
 from deepseek_operator.api.core_v1 import (
     CLAIM_NAME_RULES,
     MOUNT_PATH_RULES,
@@ -24,18 +23,6 @@ from deepseek_operator.api.core_v1 import (
     Amount,
 )
 from deepseek_operator.api.limits import INT32_MAX, MAX_PARALLEL_SIZE
-
-
-class ApiModel(BaseModel):
-    """Base of every API model: camelCase aliases, attribute docstrings as descriptions."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_attribute_docstrings=True,
-        frozen=True,
-    )
 
 
 class ModelSpec(ApiModel):

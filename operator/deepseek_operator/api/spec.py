@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from deepseek_operator.api.backends import normalize_backend
+from deepseek_operator.api.base import ApiModel
 from deepseek_operator.api.core_v1 import (
     GPU_RESOURCE_RULES,
     NODE_SELECTOR_RULES,
@@ -25,7 +26,6 @@ from deepseek_operator.api.limits import MAX_REPLICAS
 from deepseek_operator.api.roles import DisaggregationSpec
 from deepseek_operator.api.router import RouterSpec
 from deepseek_operator.api.sections import (
-    ApiModel,
     CapacitySpec,
     EngineSpec,
     ModelCacheSpec,
@@ -36,7 +36,6 @@ from deepseek_operator.api.sections import (
 
 # The sections are re-exported: every layer imports the API's models from this module.
 __all__ = [
-    "ApiModel",
     "CapacitySpec",
     "DeepSeekServingSpec",
     "EngineSpec",

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from deepseek_operator.api.backends import normalize_backend
-from deepseek_operator.api.spec import ApiModel
+from deepseek_operator.api.base import ApiModel
 
 
 class Check(ApiModel):

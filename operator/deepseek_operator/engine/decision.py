@@ -1,6 +1,6 @@
 """The backend decision: ``resolve(spec, inventory, previous)`` → :class:`Resolution`.
 
-An ordered chain of checks mirrors vLLM's rules (vllm-rules.md):
+An ordered chain of checks mirrors vLLM's rules (docs/decision-rules.md, the R- and A-numbers):
 
 * ``auto`` becomes ``deep_gemm_mega_moe`` only when every rule R2–R14 holds (the reconstructed
   rules of vLLM PR #57220, scoped to DeepSeek V4.1) AND the SM100, fully NVLink-connected nodes

@@ -7,8 +7,8 @@ where no rule applies). The ``rule`` argument is the vLLM rule id the caller eva
 
 from __future__ import annotations
 
-from deepseek_operator.api.eplb import redundant_experts
-from deepseek_operator.api.rules import VLLM_MEGA_MOE_REQUIRES_EP
+from deepseek_operator.api.extra_args.eplb import redundant_experts
+from deepseek_operator.api.rules.cross_field import VLLM_MEGA_MOE_REQUIRES_EP
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.vllm.rules import ReleaseRules
 from deepseek_operator.engine.checks import (

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deepseek_operator.api.config_flags import final_config, normalised
+from deepseek_operator.api.extra_args.config_flags import final_config, normalised
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V41_ARCH
 from deepseek_operator.catalog.vllm.rules import ReleaseRules

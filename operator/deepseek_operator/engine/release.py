@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from deepseek_operator.api import extra_args
+from deepseek_operator.api.extra_args import parser
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.models import V41_ARCH
 from deepseek_operator.catalog.vllm import newest_release, supported_releases
@@ -100,7 +100,7 @@ def extra_args_in_release(rules: ReleaseRules, spec: DeepSeekServingSpec) -> Che
     supported releases; an option only another release has makes this one's parser exit)."""
     if not spec.engine.extra_args:
         return None
-    missing = extra_args.not_in_release(spec.engine.extra_args, rules.release)
+    missing = parser.not_in_release(spec.engine.extra_args, rules.release)
     if not missing:
         return check(
             "ExtraArgsInRelease",
@@ -110,7 +110,7 @@ def extra_args_in_release(rules: ReleaseRules, spec: DeepSeekServingSpec) -> Che
             message=f"vLLM {rules.release} has every extraArgs option",
         )
     item = missing[0]
-    hint = extra_args.nearest(item, rules.release)
+    hint = parser.nearest(item, rules.release)
     return check(
         "ExtraArgsInRelease",
         SPEC,

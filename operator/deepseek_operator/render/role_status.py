@@ -10,10 +10,10 @@ need not read the roles.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 from deepseek_operator import names as N
 from deepseek_operator.api import status as S
+from deepseek_operator.render.status import condition
 
 # Between the roles' parts of a summed-up condition message.
 ROLES_SEPARATOR = " | "
@@ -47,24 +47,19 @@ def _summed(
     if not parts:
         return None
     failing = [c for _, c in parts if c.status != "True"]
-    ok = not failing
-    status: Literal["True", "False"] = "True" if ok else "False"
     if failing:
         reason = failing[0].reason
     else:
         reasons = {c.reason for _, c in parts}
         reason = ok_reason or (reasons.pop() if len(reasons) == 1 else parts[0][1].reason)
-    since = now
-    for old in previous:
-        if old.type == ctype and old.status == status and old.last_transition_time:
-            since = old.last_transition_time
-    return S.Condition(
-        type=ctype,
-        status=status,
+    return condition(
+        ctype,
+        ok=not failing,
         reason=reason,
         message=ROLES_SEPARATOR.join(f"{role}: {c.message}" for role, c in parts),
-        observed_generation=generation,
-        last_transition_time=since,
+        generation=generation,
+        now=now,
+        previous=previous,
     )
 
 

@@ -23,7 +23,7 @@ MAX_CONDITION_MESSAGE = 4000
 GROUPS_SEPARATOR = "; groups: "
 
 
-def _condition(
+def condition(
     ctype: str,
     *,
     ok: bool,
@@ -33,6 +33,8 @@ def _condition(
     now: str,
     previous: Sequence[S.Condition],
 ) -> S.Condition:
+    """The condition ``ctype``: ``lastTransitionTime`` carried over from ``previous`` unless the
+    status flips (metav1.Condition's rule; the one place it is written)."""
     status: Literal["True", "False"] = "True" if ok else "False"
     since = now
     for old in previous:
@@ -74,7 +76,7 @@ def build_status(
     placement_message = placement.message + (workload_size.note() if workload_size else "")
     backend_msg = res.message
     conditions = [
-        _condition(
+        condition(
             N.BACKEND_RESOLVED,
             ok=res.backend_runnable,
             reason=res.condition_reason,
@@ -83,7 +85,7 @@ def build_status(
             now=now,
             previous=previous_conditions,
         ),
-        _condition(
+        condition(
             N.PLACEABLE,
             ok=placement.placeable,
             reason=placement.reason
@@ -98,7 +100,7 @@ def build_status(
     if compute_domain is not None:
         ok, reason, message = compute_domain
         conditions.append(
-            _condition(
+            condition(
                 N.COMPUTE_DOMAIN,
                 ok=ok,
                 reason=reason,
@@ -146,7 +148,7 @@ def build_status(
     if groups:
         ready_msg += GROUPS_SEPARATOR + "; ".join(_group_summary(g) for g in groups)
     conditions.append(
-        _condition(
+        condition(
             N.READY,
             ok=all_ready and res.backend_runnable,
             reason=ready_reason,
@@ -278,7 +280,7 @@ def invalid_spec_status(
     operator); the last decision and checks stay visible.
     """
     conditions = [
-        _condition(
+        condition(
             ctype,
             ok=False,
             reason=N.REASON_INVALID_SPEC,
@@ -320,7 +322,7 @@ def with_workload_applied(
         reason = N.REASON_APPLIED
     else:
         reason = N.REASON_FOREIGN_OBJECT if foreign else N.REASON_WORKLOAD_REFUSED
-    applied = _condition(
+    applied = condition(
         N.WORKLOAD_APPLIED,
         ok=ok,
         reason=reason,
@@ -338,7 +340,7 @@ def with_workload_applied(
             # reconcile's status equals this one (no rewrite, no second Event).
             _, sep, groups = cond.message.partition(GROUPS_SEPARATOR)
             ready_msg = message + sep + groups
-            cond = _condition(
+            cond = condition(
                 N.READY,
                 ok=False,
                 reason=reason,

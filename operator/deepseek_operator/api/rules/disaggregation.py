@@ -1,6 +1,6 @@
 """The static rules of ``spec.disaggregation``: CEL in the CRD, the same predicate offline.
 
-Three families, all with the API server's words (:class:`~.spec_rule.SpecRule`):
+Three families, all with the API server's words (:class:`~.rule.SpecRule`):
 
 * the connector (only NixlConnector is modelled); the schema itself keeps one role per kind
   (the list is keyed by ``role``: two items of a two-value enum);
@@ -12,7 +12,7 @@ Three families, all with the API server's words (:class:`~.spec_rule.SpecRule`):
 
 The rules of the aggregated spec that a role's fields share (moeBackend, parallelism, extraArgs)
 run on each role too: their CEL is attached to the role's schema nodes (api/crd.py) and
-:func:`check_roles` runs their predicates on each role's projected spec.
+:func:`.check.check_roles` runs their predicates on each role's projected spec.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from deepseek_operator.api.owned_flags import SERVE_OPTIONS
+from deepseek_operator.api.extra_args.owned_flags import SERVE_OPTIONS
 from deepseek_operator.api.roles import NIXL_CONNECTOR
+from deepseek_operator.api.rules.rule import NORMALIZED_BACKEND_CEL, SpecRule, cel_set
 from deepseek_operator.api.sections import EngineSpec, ParallelismSpec
-from deepseek_operator.api.spec_rule import NORMALIZED_BACKEND_CEL, SpecRule, cel_set
 
 if TYPE_CHECKING:
     from deepseek_operator.api.spec import DeepSeekServingSpec

@@ -4,7 +4,7 @@ The rendered flags come from typed fields and the decision; setting one again in
 ``spec.engine.extraArgs`` would make the last one win inside vLLM's argparse and silently undo the
 decision. vLLM's own option table (catalog/vllm, exported from each supported release) gives every
 other spelling of them. :func:`owns` and :func:`mentions_model_config_key` read one argument as
-vLLM's parser would; :mod:`.rules` turns them into the extraArgs rules.
+vLLM's parser would; :mod:`deepseek_operator.api.rules.extra_args` turns them into rules.
 """
 
 from __future__ import annotations

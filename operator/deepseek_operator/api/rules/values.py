@@ -1,9 +1,8 @@
 """The static rules on single values: bounds on sizes, flag-like strings, model and object names.
 
-Each is a :class:`~deepseek_operator.api.spec_rule.SpecRule` (CEL in the CRD, Python in the
-loader) like the cross-field rules of :mod:`.rules`, which lists them in :data:`SPEC_RULES
-<deepseek_operator.api.rules.SPEC_RULES>`; ``metadata.name``'s rule is a
-:class:`~deepseek_operator.api.spec_rule.NameRule` on the CRD's root.
+Each is a :class:`~.rule.SpecRule` (CEL in the CRD, Python in the loader) like the cross-field
+rules of :mod:`.cross_field`; :data:`.check.SPEC_RULES` lists them all. ``metadata.name``'s rule
+is a :class:`~.rule.NameRule` on the CRD's root.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from deepseek_operator.api import extra_args
+from deepseek_operator.api.extra_args import parser
 from deepseek_operator.api.limits import MAX_GPUS_PER_REPLICA, MAX_NAME_LENGTH, MAX_PODS_PER_SERVING
-from deepseek_operator.api.spec_rule import NameRule, SpecRule
+from deepseek_operator.api.rules.rule import NameRule, SpecRule
 from deepseek_operator.names import RESERVED_NAME_ENDINGS
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ HF_REPO_ID = r"^([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?/)?[A-Za-z0-9_]([A-Za
 def _model_name_ok(spec: DeepSeekServingSpec) -> bool:
     name = spec.model.name
     if name.startswith("/"):
-        return re.search(extra_args.CONTROL, name) is None
+        return re.search(parser.CONTROL, name) is None
     return re.match(HF_REPO_ID, name) is not None and "--" not in name and ".." not in name
 
 
@@ -39,7 +38,7 @@ MODEL_NAME_RULE = SpecRule(
     field_path=".name",
     cel=(
         "!has(self.name) || (self.name.startsWith('/') ? "
-        f"!self.name.matches(r'{extra_args.CONTROL}') : "
+        f"!self.name.matches(r'{parser.CONTROL}') : "
         f"(self.name.matches(r'{HF_REPO_ID}') && !self.name.contains('--') && "
         "!self.name.contains('..')))"
     ),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from deepseek_operator.api.config_flags import final_config
+from deepseek_operator.api.extra_args.config_flags import final_config
 
 EPLB_CONFIG_FLAG = "--eplb-config"
 REDUNDANT_EXPERTS_KEY = "num_redundant_experts"
