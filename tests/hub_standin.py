@@ -244,7 +244,11 @@ def _handler(hub: HubStandin, role: str) -> type[BaseHTTPRequestHandler]:
                 sib: dict[str, Any] = {"rfilename": f.name, "size": f.size}
                 if f.lfs:
                     sib["blobId"] = hashlib.sha1(_pointer(f), usedforsecurity=False).hexdigest()
-                    sib["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": len(_pointer(f))}
+                    sib["lfs"] = {
+                        "size": f.size,
+                        "sha256": f.sha256,
+                        "pointerSize": len(_pointer(f)),
+                    }
                 else:
                     sib["blobId"] = f.blob_id
                 siblings.append(sib)
@@ -276,7 +280,9 @@ def _handler(hub: HubStandin, role: str) -> type[BaseHTTPRequestHandler]:
                 # As the hub: a 302 to a signed CDN URL, the file's metadata on the redirect.
                 pointer_etag = hashlib.sha1(_pointer(f), usedforsecurity=False).hexdigest()
                 self.send_response(302)
-                self.send_header("Location", f"{hub.cdn}/cdn-lfs/{f.sha256}?X-Amz-Signature=standin")
+                self.send_header(
+                    "Location", f"{hub.cdn}/cdn-lfs/{f.sha256}?X-Amz-Signature=standin"
+                )
                 self.send_header("ETag", f'"{pointer_etag}"')
                 self.send_header("X-Linked-Etag", f'"{f.sha256}"')
                 self.send_header("X-Linked-Size", str(f.size))

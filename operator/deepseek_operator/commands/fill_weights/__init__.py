@@ -87,6 +87,10 @@ def _cache_dir(hf_home: str | None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Fill the cache; 0 when it holds the checkpoint, else the cause's exit code."""
+    # Before huggingface_hub is imported (it reads its settings once): no telemetry. With it on,
+    # the client's user-agent fetches {endpoint}/api/agent-harnesses and caches the answer in
+    # $HF_HOME, i.e. on the cache volume; a fill Job has no use for either.
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     from deepseek_operator.commands.fill_weights import fetch
 
     try:

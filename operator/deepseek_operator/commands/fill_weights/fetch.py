@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -110,6 +111,36 @@ class _CountingFile:
         after = self._fh.truncate(size)
         self._progress.add(after - before)
         return after
+
+
+class _EventHandler(logging.Handler):
+    """The client's log records (its retries: "Trying to resume download...") as JSON events.
+
+    Its own handler writes them to stderr, where the one error line must stand alone.
+    """
+
+    def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
+        super().__init__(logging.WARNING)
+        self._emit = emit
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._emit(
+            {
+                "event": "client",
+                "level": record.levelname.lower(),
+                "message": one_line(record.getMessage()),
+            }
+        )
+
+
+def _route_client_logs(emit: Callable[[dict[str, Any]], None]) -> None:
+    import huggingface_hub.utils.logging  # noqa: F401  (configures the library's stderr handler)
+
+    root = logging.getLogger("huggingface_hub")
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(_EventHandler(emit))
+    root.propagate = False
 
 
 def free_bytes(path: Path) -> int:
@@ -281,6 +312,7 @@ def fill(
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # the JSON lines are the progress; tqdm would interleave on stderr
+    _route_client_logs(emit)
     started = time.monotonic()
     storage = cache / repo_folder(repo_id)
     lock_path = cache / ".locks" / repo_folder(repo_id) / "deepseek-operator-fill.lock"
