@@ -254,8 +254,11 @@ def _same_origin(a: str, b: str) -> bool:
 def _fetch(
     storage: Path, repo_id: str, commit: str, f: HubFile, token: str | None, progress: Progress
 ) -> None:
-    from huggingface_hub import build_hf_headers, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
+
+    # Exported by huggingface_hub.utils's __init__ without __all__, hence the ignore.
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
     url = hf_hub_url(repo_id, f.name, revision=commit)
     meta = get_hf_file_metadata(url, token=token, retry_on_errors=True)
@@ -307,7 +310,8 @@ def fill(
     fails at once with ``busy`` rather than wait: two Jobs filling one volume are a mistake.
     """
     from filelock import FileLock, Timeout
-    from huggingface_hub import HfApi, disable_progress_bars
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils.tqdm import disable_progress_bars
 
     disable_progress_bars()  # the JSON lines are the progress; tqdm would interleave on stderr
     _route_client_logs(emit)
