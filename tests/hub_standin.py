@@ -126,10 +126,10 @@ class HubStandin:
         return None
 
     # --- lifecycle -------------------------------------------------------------------------
-    def start(self) -> HubStandin:
-        """Listen on two free ports of 127.0.0.1: the hub (``endpoint``) and the CDN (``cdn``)."""
-        for role in ("hub", "cdn"):
-            server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, role))
+    def start(self, port: int = 0) -> HubStandin:
+        """Listen on 127.0.0.1: the hub on ``port`` (0: a free one), the CDN on a free one."""
+        for role, at in (("hub", port), ("cdn", 0)):
+            server = ThreadingHTTPServer(("127.0.0.1", at), _handler(self, role))
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self._servers.append(server)
@@ -379,3 +379,37 @@ def make_checkpoint(root: Path, shards: int, shard_bytes: int, seed: int = 0) ->
                 n += 1
     files = ["config.json", "model.safetensors.index.json", *names]
     return [file_of(name, root / name) for name in files]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tests.hub_standin``: serve a generated checkpoint until interrupted.
+
+    For trying ``fill-weights`` by hand (README): prints the ``HF_ENDPOINT`` to use.
+    """
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--repo", default="deepseek-ai/tiny-standin")
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--shard-mib", type=int, default=16)
+    parser.add_argument("--port", type=int, default=0, help="the hub's port (default: a free one)")
+    parser.add_argument("--token", help="make the repository gated, readable with this token")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hub-standin-") as tmp:
+        files = make_checkpoint(Path(tmp), args.shards, args.shard_mib * 1024 * 1024)
+        hub = HubStandin(tokens={args.token} if args.token else set()).start(args.port)
+        repo = hub.add_commit(args.repo, hashlib.sha1(args.repo.encode()).hexdigest(), files)
+        if args.token:
+            repo.gated, repo.granted = True, {args.token}
+        print(f"HF_ENDPOINT={hub.endpoint} serves {args.repo} (revision main)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            hub.stop()
+
+
+if __name__ == "__main__":
+    main()
