@@ -20,8 +20,8 @@ What the client reads, from its own source (``.venv/lib/python3.11/site-packages
   ``RevisionNotFound``, ``EntryNotFound``, ``GatedRepo``; a 401 with ``X-Error-Message: Invalid
   credentials in Authorization header`` is a bad token, not a missing repository.
 
-What the real hub does, imitated: a private or gated repository answers 401 ``GatedRepo`` without a
-token and 403 ``GatedRepo`` to a token without access; a token the hub does not know is a 401 on
+What the real hub does, imitated: a gated repository's model info is public, and its files answer
+401 ``GatedRepo`` without a token and 403 ``GatedRepo`` to a token without access; a token the hub does not know is a 401 on
 any request; an unknown repository, revision or file is a 404 with its error code. Xet headers are
 never sent, so the client takes the plain HTTP path.
 
@@ -190,8 +190,11 @@ def _handler(hub: HubStandin, role: str) -> type[BaseHTTPRequestHandler]:
             auth = self.headers.get("Authorization", "")
             return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
 
-        def _repo(self, repo_id: str, rev: str) -> tuple[StandinRepo, str] | None:
-            """The repository and the commit of ``rev``, or None after an error answer."""
+        def _repo(self, repo_id: str, rev: str, files: bool) -> tuple[StandinRepo, str] | None:
+            """The repository and the commit of ``rev``, or None after an error answer.
+
+            A gated repository's model info is public, as on the hub; its ``files`` are not.
+            """
             token = self._token()
             if token is not None and token not in hub.tokens:
                 self._error(401, message="Invalid credentials in Authorization header")
@@ -200,10 +203,10 @@ def _handler(hub: HubStandin, role: str) -> type[BaseHTTPRequestHandler]:
             if repo is None:
                 self._error(404, "RepoNotFound", "Repository not found")
                 return None
-            if repo.gated and token is None:
+            if files and repo.gated and token is None:
                 self._error(401, "GatedRepo", "Access to this model is restricted: log in")
                 return None
-            if repo.gated and token not in repo.granted:
+            if files and repo.gated and token not in repo.granted:
                 self._error(403, "GatedRepo", "Access to this model is restricted")
                 return None
             sha = rev if rev in repo.commits else repo.refs.get(rev)
@@ -227,12 +230,12 @@ def _handler(hub: HubStandin, role: str) -> type[BaseHTTPRequestHandler]:
                 self._content(f, body, {"ETag": f'"{f.sha256}"'})
                 return
             if m := _MODEL_INFO.match(path):
-                found = self._repo(m["repo"], m["rev"] or "main")
+                found = self._repo(m["repo"], m["rev"] or "main", files=False)
                 if found:
                     self._model_info(*found)
                 return
             if m := _RESOLVE.match(path):
-                found = self._repo(m["repo"], m["rev"])
+                found = self._repo(m["repo"], m["rev"], files=True)
                 if found:
                     self._resolve(found[0], found[1], m["file"], body)
                 return
