@@ -50,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="file holding the Hugging Face token (a mounted Secret); default: $HF_TOKEN, if set",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        help="files downloaded at once (default 4; 1 to 64)",
+    )
+    parser.add_argument(
         "--progress-interval",
         type=float,
         default=5.0,
@@ -99,12 +105,16 @@ def run(args: argparse.Namespace) -> int:
             raise FillError(
                 "bad-input", f"--revision {args.revision!r} must be a commit hash, branch or tag"
             )
+        if not 1 <= args.workers <= 64:
+            raise FillError("bad-input", f"--workers {args.workers} must be between 1 and 64")
         if args.progress_interval < 0:
             raise FillError("bad-input", "--progress-interval must be 0 or more seconds")
         token = _token(args.token_file)
         cache = _cache_dir(args.hf_home)
         cache.mkdir(parents=True, exist_ok=True)
-        done = fetch.fill(cache, repo_id, args.revision, token, _emit, args.progress_interval)
+        done = fetch.fill(
+            cache, repo_id, args.revision, token, _emit, args.progress_interval, args.workers
+        )
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # every error ends as one line: the user never sees a traceback

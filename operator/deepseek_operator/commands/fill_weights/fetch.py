@@ -21,8 +21,10 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -48,7 +50,11 @@ HASH_CHUNK = 8 * 1024 * 1024
 
 @dataclass
 class Progress:
-    """Counters of one fill, written as JSON lines to ``emit`` at most every ``interval`` s."""
+    """Counters of one fill, written as JSON lines to ``emit`` at most every ``interval`` s.
+
+    Shared by the download threads: one lock around the counters and the line, and ``stop``,
+    which makes every other download give up at its next chunk once one has failed.
+    """
 
     emit: Callable[[dict[str, Any]], None]
     interval: float
@@ -57,20 +63,26 @@ class Progress:
     files_total: int = 0
     files_done: int = 0
     fetched: int = 0
-    current: str = ""
-    _last: float = field(default=0.0)
+    _last: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
 
-    def add(self, n: int) -> None:
-        """``n`` bytes written (negative: a part thrown away); a line if the interval is over."""
-        self.bytes_done += n
-        if n > 0:
-            self.fetched += n
-        now = time.monotonic()
-        if now - self._last >= self.interval:
-            self.line()
+    def add(self, n: int, name: str) -> None:
+        """``n`` bytes of ``name`` written (negative: a part thrown away); a line if it is time."""
+        with self._lock:
+            self.bytes_done += n
+            if n > 0:
+                self.fetched += n
+            if time.monotonic() - self._last >= self.interval:
+                self._line(name)
 
-    def line(self) -> None:
-        """One progress line now."""
+    def file_done(self, name: str) -> None:
+        """``name`` is in the cache: one more file, and a line."""
+        with self._lock:
+            self.files_done += 1
+            self._line(name)
+
+    def _line(self, name: str) -> None:
         self._last = time.monotonic()
         self.emit(
             {
@@ -79,9 +91,13 @@ class Progress:
                 "bytesTotal": self.bytes_total,
                 "filesDone": self.files_done,
                 "filesTotal": self.files_total,
-                "file": self.current,
+                "file": name,
             }
         )
+
+
+class _Aborted(Exception):
+    """Another download failed: this one stops, its part stays for the next fill."""
 
 
 class _CountingFile:
@@ -91,13 +107,16 @@ class _CountingFile:
     follows the file's size, not the bytes received.
     """
 
-    def __init__(self, fh: BinaryIO, progress: Progress) -> None:
+    def __init__(self, fh: BinaryIO, progress: Progress, name: str) -> None:
         self._fh = fh
         self._progress = progress
+        self._name = name
 
     def write(self, data: bytes) -> int:
+        if self._progress.stop.is_set():
+            raise _Aborted
         n = self._fh.write(data)
-        self._progress.add(n)
+        self._progress.add(n, self._name)
         return n
 
     def tell(self) -> int:
@@ -109,7 +128,7 @@ class _CountingFile:
     def truncate(self, size: int | None = None) -> int:
         before = os.fstat(self._fh.fileno()).st_size
         after = self._fh.truncate(size)
-        self._progress.add(after - before)
+        self._progress.add(after - before, self._name)
         return after
 
 
@@ -281,11 +300,11 @@ def _fetch(
         size = fh.seek(0, os.SEEK_END)
         if size > f.size:  # not a prefix of this file: start over
             fh.truncate(0)
-            progress.add(-size)
+            progress.add(-size, f.name)
             size = 0
         http_get(
             meta.location,
-            _CountingFile(fh, progress),  # type: ignore[arg-type]
+            _CountingFile(fh, progress, f.name),  # type: ignore[arg-type]
             resume_size=size,
             headers=headers,
             expected_size=f.size,
@@ -295,6 +314,44 @@ def _fetch(
     os.replace(part, storage / "blobs" / f.etag)
 
 
+def _download(
+    storage: Path,
+    repo_id: str,
+    commit: str,
+    pending: tuple[HubFile, ...],
+    token: str | None,
+    progress: Progress,
+    workers: int,
+) -> None:
+    """Fetch ``pending`` with ``workers`` threads, each blob once; raise the first failure.
+
+    Files that share a blob (one checksum) are one download, so no two threads write one part.
+    After a failure the other downloads stop at their next chunk (a stalled one at its read
+    timeout) and keep their parts.
+    """
+    groups: dict[str, list[HubFile]] = {}
+    for f in pending:
+        groups.setdefault(f.etag, []).append(f)
+
+    def one(group: list[HubFile]) -> None:
+        if progress.stop.is_set():
+            raise _Aborted
+        if not (storage / "blobs" / group[0].etag).is_file():
+            _fetch(storage, repo_id, commit, group[0], token, progress)
+        for f in group:
+            progress.file_done(f.name)
+
+    first: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fill") as pool:
+        for future in as_completed([pool.submit(one, g) for g in groups.values()]):
+            error = future.exception()
+            if error is not None and not isinstance(error, _Aborted) and first is None:
+                first = error
+                progress.stop.set()
+    if first is not None:
+        raise first
+
+
 def fill(
     cache: Path,
     repo_id: str,
@@ -302,6 +359,7 @@ def fill(
     token: str | None,
     emit: Callable[[dict[str, Any]], None],
     interval: float,
+    workers: int = 4,
 ) -> dict[str, Any]:
     """Fill ``cache`` (a hub cache, ``$HF_HOME/hub``) with ``repo_id`` at ``revision``.
 
@@ -365,12 +423,7 @@ def fill(
             files_total=len(files),
             files_done=len(plan.complete),
         )
-        for f in plan.pending:
-            progress.current = f.name
-            if not (storage / "blobs" / f.etag).is_file():  # a duplicate of a fetched one
-                _fetch(storage, repo_id, commit, f, token, progress)
-            progress.files_done += 1
-            progress.line()
+        _download(storage, repo_id, commit, plan.pending, token, progress, workers)
         for f in files:
             _link(storage, commit, f)
         if revision != commit:
