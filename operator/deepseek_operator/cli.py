@@ -2,7 +2,8 @@
 
 Wiring only: each subcommand's module under :mod:`deepseek_operator.commands` owns its flags
 (``add_arguments``) and its behaviour (``run``). ``run`` and ``agent`` import kopf, the
-Kubernetes client and pynvml only when they run, so ``render`` and ``crds`` never pay for them.
+Kubernetes client and pynvml only when they run, and ``fill-weights`` the Hugging Face client, so
+``render`` and ``crds`` never pay for them.
 """
 
 from __future__ import annotations
