@@ -1,8 +1,9 @@
-"""Command line: ``deepseek-operator run | agent | render | topology | crds``.
+"""Command line: ``deepseek-operator run | agent | render | topology | crds | fill-weights``.
 
 Wiring only: each subcommand's module under :mod:`deepseek_operator.commands` owns its flags
 (``add_arguments``) and its behaviour (``run``). ``run`` and ``agent`` import kopf, the
-Kubernetes client and pynvml only when they run, so ``render`` and ``crds`` never pay for them.
+Kubernetes client and pynvml only when they run, and ``fill-weights`` the Hugging Face client, so
+``render`` and ``crds`` never pay for them.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from deepseek_operator.commands import agent, crds, render, run, topology
+from deepseek_operator.commands import agent, crds, fill_weights, render, run, topology
 from deepseek_operator.names import PROJECT
 
 # In the order ``--help`` lists them.
-COMMANDS = (render, crds, topology, run, agent)
+COMMANDS = (render, crds, topology, run, agent, fill_weights)
 
 
 def _build_parser() -> argparse.ArgumentParser:
