@@ -7,7 +7,7 @@ else's in the way is reported (:class:`ForeignObject`), never adopted or fought 
 REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
 the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
 ResourceClaimTemplate) needs no hand-written path. Requests go out through ``urllib3`` with
-the credentials of :mod:`.credentials`; a call blocks, so every call runs in a worker thread
+the credentials of :mod:`deepseek_operator.credentials`; a call blocks, so every call runs in a worker thread
 (:class:`WriteQueue`: status writes before child writes). One field manager owns every field we
 set; ``force`` takes fields back from hand edits.
 """
@@ -34,9 +34,9 @@ from deepseek_operator.controller.api_errors import (
     WriteRefused,
     refusal,
 )
-from deepseek_operator.controller.credentials import Credentials, load_credentials
 from deepseek_operator.controller.encoding import EncodedObject, encode_body
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
+from deepseek_operator.credentials import Credentials, load_credentials
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
 __all__ = [

@@ -23,7 +23,6 @@ import kopf
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import Stores, kept
-from deepseek_operator.controller.credentials import Credentials
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.controller.list_watch import ListWatch
@@ -41,6 +40,7 @@ from deepseek_operator.controller.watches import (
     Asks,
     Watch,
 )
+from deepseek_operator.credentials import Credentials
 from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
 
