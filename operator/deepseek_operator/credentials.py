@@ -20,6 +20,7 @@ import base64
 import functools
 import logging
 import os
+import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -76,6 +77,18 @@ class Credentials:
         if not self.configuration.verify_ssl:
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         return rest.RESTClientObject(self.configuration).pool_manager
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same TLS settings for an ``aiohttp`` client (the watches): the cluster CA (none
+        checked with ``insecure-skip-tls-verify``) and the client certificate, if any."""
+        cfg = self.configuration
+        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        if not cfg.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if cfg.cert_file:
+            context.load_cert_chain(cfg.cert_file, cfg.key_file)
+        return context
 
     def connection_info(self) -> Any:
         """The same credentials as kopf's login result (``kopf.ConnectionInfo``)."""
