@@ -141,9 +141,6 @@ def instrument(spans_path: Path) -> None:
 
 def wrapped_main(spans_path: Path, argv: list[str]) -> int:
     """``deepseek-operator <argv>`` with the spans installed."""
-    from deepseek_operator.controller.main import without_kubernetes_client
-
-    without_kubernetes_client()  # as ``run`` does, before kopf is imported
     instrument(spans_path)
     from deepseek_operator.cli import main
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.controller.credentials import load_kubeconfig
 from deepseek_operator.controller.kube import EncodedObject, KubeClient, refusal
 from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
+from deepseek_operator.credentials import load_kubeconfig
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from tests.k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
 from tests.k8s.conditions import condition
@@ -39,7 +39,7 @@ class DuplicateEnvKube(KubeClient):
     out with its first env entry twice. Records the HTTP status of every refused write."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        super().__init__(credentials=load_kubeconfig([cp.kubeconfig]))
+        super().__init__(credentials=load_kubeconfig(cp.kubeconfig))
         self.spoil = True
         self.answers: list[int] = []
 

@@ -355,3 +355,14 @@ def test_bodies_go_out_as_utf8_with_only_what_yaml_refuses_escaped() -> None:
     text = sent.decode("utf-8")
     assert "\U0001f642" in text and "\u00e9" in text  # raw, never a surrogate pair
     assert all(c not in text for c in "\x7f\x85\ufeff\x01")  # escaped
+
+
+def test_retry_after_reads_seconds_and_caps_them() -> None:
+    from deepseek_operator.controller.api_errors import RETRY_AFTER_MAX_S, retry_after
+
+    assert retry_after("3", 1.0) == 3.0
+    assert retry_after(None, 2.0) == 2.0
+    # An HTTP date (allowed by RFC 9110) or garbage: the caller's own back-off.
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 4.0) == 4.0
+    assert retry_after("3600", 1.0) == RETRY_AFTER_MAX_S
+    assert retry_after("-5", 1.0) == 0.0

@@ -129,18 +129,10 @@ class Agent:
 
 def _core_api(kubeconfig: str | None) -> Any:
     from kubernetes import client
-    from kubernetes import config as kube_config
 
-    # The config loaders are untyped; Any keeps mypy's untyped-call check quiet here only.
-    config: Any = kube_config
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-    return client.CoreV1Api()
+    from deepseek_operator.credentials import api_client
+
+    return client.CoreV1Api(api_client(kubeconfig))
 
 
 def agent_command(args: argparse.Namespace) -> int:

@@ -63,10 +63,9 @@ def cluster_objects(
     from deepseek_operator.controller.watches import CHILD_KINDS
 
     try:
-        from kubernetes import client, config
+        from deepseek_operator.credentials import api_client
 
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-        api = client.ApiClient()
+        api = api_client()
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{obj.namespace}/{PLURAL}/{obj.name}"
         live = _get(api, path)
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_INSTANCE}={obj.name}"

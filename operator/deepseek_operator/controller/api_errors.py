@@ -67,3 +67,17 @@ def refusal(exc: Exception) -> WriteRefused | None:
     with contextlib.suppress(TypeError, ValueError, AttributeError):
         message = str(json.loads(body).get("message") or message)
     return WriteRefused(status, message)
+
+
+def retry_after(header: str | None, default: float) -> float:
+    """The seconds a 429's ``Retry-After`` header asks for (a number; an HTTP date or nothing
+    gives ``default``), at most :data:`RETRY_AFTER_MAX_S`."""
+    try:
+        seconds = float(header) if header else default
+    except ValueError:
+        seconds = default
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
+
+
+# The longest wait a Retry-After may impose (API Priority and Fairness asks for 1 s).
+RETRY_AFTER_MAX_S = 30.0

@@ -6,10 +6,12 @@ else's in the way is reported (:class:`ForeignObject`), never adopted or fought 
 
 REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
 the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
-ResourceClaimTemplate) needs no hand-written path. Requests go out through ``urllib3`` with
-the credentials of :mod:`.credentials`; a call blocks, so every call runs in a worker thread
+ResourceClaimTemplate) needs no hand-written path. Requests go out through the ``kubernetes``
+client's ``urllib3`` pool with the credentials of :mod:`deepseek_operator.credentials`; a call
+blocks, so every call runs in a worker thread
 (:class:`WriteQueue`: status writes before child writes). One field manager owns every field we
-set; ``force`` takes fields back from hand edits.
+set; ``force`` takes fields back from hand edits. A 429 (API Priority and Fairness) is sent
+again after the wait its ``Retry-After`` asks for, at most :data:`THROTTLED_RETRIES` times.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import functools
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,10 +36,11 @@ from deepseek_operator.controller.api_errors import (
     OwnerGone,
     WriteRefused,
     refusal,
+    retry_after,
 )
-from deepseek_operator.controller.credentials import Credentials, load_credentials
 from deepseek_operator.controller.encoding import EncodedObject, encode_body
 from deepseek_operator.controller.write_queue import Priority, WriteQueue
+from deepseek_operator.credentials import Credentials, load_credentials
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
 __all__ = [
@@ -59,6 +63,8 @@ __all__ = [
 # (the rest are kept for status writes, which users wait for).
 WRITER_THREADS = 32
 BACKGROUND_WRITERS = 16
+# How often a request answered 429 is sent again (after the Retry-After wait) in its thread.
+THROTTLED_RETRIES = 4
 
 
 @dataclass(frozen=True)
@@ -83,10 +89,10 @@ def group_version_prefix(api_version: str) -> str:
 class KubeClient:
     """A thread-safe holder of the connection pool, the resource table and our calls."""
 
-    def __init__(self, extra_connections: int = 1, credentials: Credentials | None = None) -> None:
-        # One kept-alive connection per worker thread plus ``extra_connections`` (the watches,
-        # each holding one for as long as it streams).
-        self.pool_size = WRITER_THREADS + 1 + extra_connections
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        # One kept-alive connection per worker thread (the watches have their own, in the
+        # watch loop's session).
+        self.pool_size = WRITER_THREADS + 1
         self._credentials = credentials  # None: loaded on first use (in-cluster or kubeconfig)
         self._pool: Any = None
         self._lock = threading.Lock()
@@ -152,20 +158,17 @@ class KubeClient:
         query: list[tuple[str, str]] | None = None,
     ) -> Any:
         metrics.API_REQUESTS.labels(method).inc()
-        return self._read(self._request(method, path, body, content_type, query, 30))
-
-    def list_page(self, path: str, query: list[tuple[str, str]]) -> Any:
-        """One page of a LIST (the node watch's; not a reconciler request, so not counted)."""
-        return self._read(self._request("GET", path, None, "application/json", query, 60))
-
-    def open_watch(self, path: str, query: list[tuple[str, str]], read_timeout: float) -> Any:
-        """Start a WATCH; the streaming ``urllib3`` response (its lines are JSON watch events)."""
-        response = self._request(
-            "GET", path, None, "application/json", [*query, ("watch", "true")], (10, read_timeout)
-        )
-        if response.status >= 400:
-            self._read(response)  # raises the API server's refusal
-        return response
+        for attempt in range(THROTTLED_RETRIES + 1):
+            response = self._request(method, path, body, content_type, query, 30)
+            if response.status != 429 or attempt == THROTTLED_RETRIES:
+                break
+            # API Priority and Fairness turned it away: wait as it asks, then again (a few
+            # times; after that the 429 is the reconcile's to retry with its back-off).
+            metrics.THROTTLED.labels(method).inc()
+            response.drain_conn()
+            response.release_conn()
+            time.sleep(retry_after(response.headers.get("Retry-After"), 2.0**attempt))
+        return self._read(response)
 
     def resource(self, api_version: str, kind: str) -> Resource:
         """Where ``kind`` of ``api_version`` is served, from discovery (cached)."""

@@ -56,25 +56,14 @@ def setup_logging(level: str = "INFO") -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-def without_kubernetes_client() -> None:
-    """Keep the ``kubernetes`` package out of this process.
-
-    kopf imports it whenever it is installed (the agent and ``render --from-cluster`` use it),
-    to recognise its model objects; the operator never passes one, and the import holds about
-    11 MB for the life of the process. ``None`` in ``sys.modules`` makes that import fail as if
-    the package were absent. Call it before kopf is imported."""
-    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
-
-
 def run_operator(args: argparse.Namespace) -> int:
     """Run the operator until it is stopped."""
-    without_kubernetes_client()
     import kopf
     from prometheus_client import start_http_server
 
-    from deepseek_operator.controller.credentials import CredentialsError, load_credentials
     from deepseek_operator.controller.state import OperatorState
     from deepseek_operator.controller.wiring import registry
+    from deepseek_operator.credentials import CredentialsError, load_credentials
 
     setup_logging(args.log_level)
     try:

@@ -29,6 +29,16 @@ API_REQUESTS = Counter(
     "Kubernetes API requests issued by the reconciler (kopf's own watch and bookkeeping excluded)",
     ["verb"],
 )
+WATCH_LISTS = Counter(
+    "deepseek_operator_watch_lists_total",
+    "Full LISTs of a watched kind: one at start and one per expired resourceVersion (410)",
+    ["kind"],
+)
+THROTTLED = Counter(
+    "deepseek_operator_throttled_total",
+    "Requests the API server answered 429 Too Many Requests (waited as Retry-After says)",
+    ["verb"],
+)
 REMEMBERED = Gauge(
     "deepseek_operator_remembered_entries",
     "Per-object entries the operator holds, by place (all 0 once every DeepSeekServing and its"

@@ -23,10 +23,9 @@ import kopf
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import Stores, kept
-from deepseek_operator.controller.credentials import Credentials
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.controller.list_watch import ListWatch
+from deepseek_operator.controller.list_watch import ListWatch, WatchLoop
 from deepseek_operator.controller.node_events import NodeEvents
 from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.peering_gate import PeeringGate
@@ -35,12 +34,12 @@ from deepseek_operator.controller.queue import ReconcileQueue
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.controller.records import KeptBody, Records, ServingKey
 from deepseek_operator.controller.watches import (
-    CHILD_KINDS,
     LIST_WATCHES,
     POD_DEBOUNCE_S,
     Asks,
     Watch,
 )
+from deepseek_operator.credentials import Credentials
 from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
 
@@ -73,10 +72,7 @@ class OperatorState(NodeEvents):
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
         self.peering = PeeringGate(priority if peering else None)
-        # One kept connection per writer thread plus one per open watch (Nodes, ResourceSlices).
-        scopes = max(1, len(self.namespaces))
-        watches = 2 + (len(CHILD_KINDS) + 2) * scopes + (scopes if peering else 0)
-        self.kube = KubeClient(extra_connections=watches, credentials=credentials)
+        self.kube = KubeClient(credentials=credentials)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
         self.reconciler = Reconciler(
@@ -91,6 +87,7 @@ class OperatorState(NodeEvents):
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
         self.children_listed = asyncio.Event()  # set once every child watch has listed once
         self._unlisted: set[str] = set()  # child watches yet to list
+        self.watch_loop: WatchLoop | None = None  # made when the watches start
         self.watches: list[ListWatch[Any]] = []
         self.crd_watches: list[tuple[str, ListWatch[Any]]] = []  # (CRD, a watch of its kind)
         self.queue = ReconcileQueue(
@@ -137,6 +134,7 @@ class OperatorState(NodeEvents):
     def start_watches(self) -> None:
         """Start listing and watching what :data:`LIST_WATCHES` declares (from the loop)."""
         loop = asyncio.get_running_loop()
+        self.watch_loop = WatchLoop(self.kube)
         for spec in LIST_WATCHES:
             if spec.asks is Asks.NOTHING and not self.peering_name:
                 continue
@@ -144,7 +142,7 @@ class OperatorState(NodeEvents):
                 name = spec.name(namespace)
                 on_listed, on_event = self._callbacks(spec, namespace, name)
                 watch: ListWatch[Any] = ListWatch(
-                    self.kube,
+                    self.watch_loop,
                     loop,
                     spec.path(namespace),
                     spec.reduce,
@@ -152,6 +150,7 @@ class OperatorState(NodeEvents):
                     on_event,
                     label_selector=spec.selector,
                     name=name,
+                    kind=spec.kind,
                 )
                 self.watches.append(watch)
                 if spec.child or spec.kind in ("StatefulSet", "ResourceSlice", "ResourceClaim"):
@@ -205,6 +204,8 @@ class OperatorState(NodeEvents):
         """Close every watch."""
         for watch in self.watches:
             watch.stop()
+        if self.watch_loop is not None:
+            self.watch_loop.close()
 
     def crd_installed(self, crd: str) -> None:
         """An add-on CRD came: its child watches ask for the kind again now."""

@@ -16,10 +16,11 @@ from deepseek_operator.names import DRA_API_VERSION, DRA_GPU_DRIVER
 def cluster_group_versions() -> set[str]:
     """Every ``group/version`` the current kubeconfig's API server serves (for --from-cluster)."""
     try:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-        groups = client.ApisApi().get_api_versions().groups or []
+        from deepseek_operator.credentials import api_client
+
+        groups = client.ApisApi(api_client()).get_api_versions().groups or []
         return {v.group_version for g in groups for v in (g.versions or [])}
     except Exception as exc:
         raise InputError(
@@ -30,10 +31,11 @@ def cluster_group_versions() -> set[str]:
 def cluster_nodes() -> list[dict[str, Any]]:
     """Every Node of the cluster, as the API server's JSON (for --from-cluster)."""
     try:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-        api = client.CoreV1Api()
+        from deepseek_operator.credentials import api_client
+
+        api = client.CoreV1Api(api_client())
         raw = api.list_node(_preload_content=False)
         return list(json.loads(raw.data)["items"])  # type: ignore[attr-defined]
     except Exception as exc:
@@ -47,11 +49,12 @@ def cluster_resource_slices() -> list[dict[str, Any]]:
     full of other drivers' slices costs nothing here.
     """
     try:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+        from deepseek_operator.credentials import api_client
+
         group, _, version = DRA_API_VERSION.partition("/")
-        raw = client.CustomObjectsApi().list_cluster_custom_object(
+        raw = client.CustomObjectsApi(api_client()).list_cluster_custom_object(
             group,
             version,
             "resourceslices",
@@ -69,11 +72,12 @@ def cluster_resource_claims() -> list[dict[str, Any]]:
     """Every namespace's ResourceClaims (``resource.k8s.io/v1``), for --from-cluster: the
     devices they hold are not free, as the operator's claim watch sees them."""
     try:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+        from deepseek_operator.credentials import api_client
+
         group, _, version = DRA_API_VERSION.partition("/")
-        raw = client.CustomObjectsApi().list_cluster_custom_object(
+        raw = client.CustomObjectsApi(api_client()).list_cluster_custom_object(
             group, version, "resourceclaims", _preload_content=False
         )
         return list(json.loads(raw.data)["items"])  # type: ignore[attr-defined]
