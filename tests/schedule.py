@@ -20,7 +20,9 @@ where the tests share state and the long parts start first:
   units are left, it stops, and the worker running the heavy unit takes them after it.
 * **One unit at a time.** A worker gets its next unit when its current one is down to its last
   test (xdist's worker holds its last test back until it knows the next one, to tear down the
-  right fixtures), never earlier, so the choice is made as late as possible.
+  right fixtures), never earlier, so the choice is made as late as possible. Only a worker whose
+  first unit is a single test needs a second one before it starts: it gets the shortest unit,
+  so that no long unit waits behind the first one.
 
 xdist's own modes stay available (``--dist loadfile`` ...); ``-n 0`` runs everything in one
 process, in file order, as before (for debugging with ``-x``, ``--pdb``, ``-s``).
@@ -133,8 +135,9 @@ class UnitScheduling(LoadScopeScheduling):
             for unit, work in assigned.items()
         )
 
-    def _assign_work_unit(self, node: WorkerController) -> None:
-        unit = pick_unit(list(self.workqueue), self._heavy_elsewhere(node))
+    def _assign_work_unit(self, node: WorkerController, shortest: bool = False) -> None:
+        queue = list(self.workqueue)
+        unit = pick_unit(queue[::-1] if shortest else queue, self._heavy_elsewhere(node))
         if unit is None:
             self.log(f"{node.gateway.id}: only heavy units left, running on another worker")
             node.shutdown()
@@ -144,14 +147,14 @@ class UnitScheduling(LoadScopeScheduling):
         collection = self.registered_collections[node]
         node.send_runtest_some([collection.index(i) for i, done in work.items() if not done])
 
-    def _reschedule(self, node: WorkerController) -> None:
+    def _reschedule(self, node: WorkerController, shortest: bool = False) -> None:
         # Down to the held last test of its unit (or nothing): give it the next unit now, and
         # another while that one is a single held test too.
         while not node.shutting_down and self._pending_of(self.assigned_work[node]) <= 1:
             if not self.workqueue:
                 node.shutdown()
                 return
-            self._assign_work_unit(node)
+            self._assign_work_unit(node, shortest)
 
     def schedule(self) -> None:
         """Order the units longest first, then hand each worker its first unit."""
@@ -171,8 +174,14 @@ class UnitScheduling(LoadScopeScheduling):
             units.setdefault(unit_of(nodeid), {})[nodeid] = False
         for unit in order_units({u: len(tests) for u, tests in units.items()}):
             self.workqueue[unit] = units[unit]
+        # Each worker's first unit, longest first. A worker whose first unit is a single test
+        # cannot start it before it has something after it: it gets the shortest unit, so
+        # that the long ones go to the other workers instead of queueing behind it.
         for node in self.nodes:
-            self._reschedule(node)
+            if self.workqueue:
+                self._assign_work_unit(node)
+        for node in self.nodes:
+            self._reschedule(node, shortest=True)
 
 
 def make_scheduler(config: Any, log: Any) -> UnitScheduling | None:

@@ -48,13 +48,15 @@ COLLECTION = [
 ]
 
 
-def run(workers: int) -> tuple[list[FakeWorker], list[tuple[str, str, str]]]:
+def run(
+    workers: int, collection: list[str] = COLLECTION
+) -> tuple[list[FakeWorker], list[tuple[str, str, str]]]:
     """Drive the scheduler to the end; returns the workers and (event, worker, unit) events."""
     sched = UnitScheduling(FakeConfig(workers))
     nodes = [FakeWorker(f"gw{i}") for i in range(workers)]
     for node in nodes:
         sched.add_node(node)  # type: ignore[arg-type]
-        sched.add_node_collection(node, COLLECTION)  # type: ignore[arg-type]
+        sched.add_node_collection(node, collection)  # type: ignore[arg-type]
     sched.schedule()
     events: list[tuple[str, str, str]] = []
     running: dict[str, set[str]] = {}
@@ -64,13 +66,13 @@ def run(workers: int) -> tuple[list[FakeWorker], list[tuple[str, str, str]]]:
             # xdist's worker runs a test only once it knows the next one (or is shutting down).
             if len(node.queue) >= 2 or (node.queue and node.shutting_down):
                 index = node.queue.pop(0)
-                unit = unit_of(COLLECTION[index])
+                unit = unit_of(collection[index])
                 if unit not in running.setdefault(node.gateway.id, set()):
                     running[node.gateway.id].add(unit)
                     events.append(("start", node.gateway.id, unit))
                 node.ran.append(index)
                 sched.mark_test_complete(node, index)  # type: ignore[arg-type]
-                if not any(unit_of(COLLECTION[i]) == unit for i in node.queue):
+                if not any(unit_of(collection[i]) == unit for i in node.queue):
                     running[node.gateway.id].discard(unit)
                     events.append(("end", node.gateway.id, unit))
                 progressed = True
@@ -125,3 +127,17 @@ def test_every_test_runs_once_and_heavy_units_never_overlap(workers: int) -> Non
 def test_the_kind_tier_starts_first() -> None:
     _, events = run(3)
     assert events[0] == ("start", "gw0", "tests/kind")
+
+
+def test_a_single_test_first_unit_gets_the_shortest_unit_behind_it() -> None:
+    # test_forget_at_scale.py is the longest unit and has one test: its worker must be sent a
+    # second unit before it can start it, and the kind tier must not be that unit.
+    collection = [
+        "tests/e2e/test_forget_at_scale.py::test_a_thousand",
+        *COLLECTION,
+    ]
+    _, events = run(3, collection)
+    starts = [(worker, unit) for event, worker, unit in events if event == "start"]
+    assert starts[0] == ("gw0", "tests/e2e/test_forget_at_scale.py")
+    assert ("gw1", "tests/kind") in starts
+    assert ("gw0", "tests/unit/test_pure.py") in starts
