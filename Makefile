@@ -78,8 +78,11 @@ CORPUS ?= /tmp/deepseek-operator-corpus
 corpus: venv ## capture `render` over examples, fixtures and generated variants into $(CORPUS) (diff -r two captures; ~10 min)
 	$(BIN)/python -m hack.render_corpus capture $(CORPUS)
 
-test: venv cluster-bins vllm-newest vllm-router-venv image kind-node lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, the built image and the kind tier
-	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q
+# pytest-xdist workers of `make test` (tests/schedule.py says how the files are spread over them);
+# `make test TEST_WORKERS=0` runs the suite in one process, in file order.
+TEST_WORKERS ?= 3
+test: venv cluster-bins vllm-newest vllm-router-venv image kind-node lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, the built image and the kind tier (TEST_WORKERS=3 in parallel)
+	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q -n $(TEST_WORKERS)
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)
 	$(BIN)/python -m bench.bench_core

@@ -29,3 +29,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
 from tests.k8s.dra import compute_domain_driver  # noqa: E402, F401
 from tests.k8s.lws import lws_cluster  # noqa: E402, F401
 from tests.k8s.operator import crds, operator  # noqa: E402, F401
+
+
+# --- `make test`'s pytest-xdist workers: units, order, heavy units apart (tests/schedule.py) ----
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Units of whole files, longest first, the kind tier and the image tests never side by side."""
+    from tests.schedule import make_scheduler
+
+    return make_scheduler(config, log)

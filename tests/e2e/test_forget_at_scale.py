@@ -10,13 +10,17 @@ memory; this is the same promise kept by the process a user runs.)
 
 from __future__ import annotations
 
+import json
 import pathlib
+import re
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from bench.cluster import build_nodes, build_servings, create_nodes, serving_path
+from deepseek_operator.controller.api_errors import TRY_AGAIN_STATUSES
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.operator import OperatorProcess
 from tests.k8s.rest import Rest
@@ -25,6 +29,54 @@ pytestmark = pytest.mark.e2e
 COUNT = 1000
 NODES = 20
 GAUGE = "deepseek_operator_remembered_entries"
+
+
+# A reconcile that raised is retried (state.run_reconcile). On a loaded machine (three test workers
+# on two cores, each with its own API server and etcd) the API server answers some of the
+# operator's thousands of requests "not now" (429, 503, 504) or lets them time out: each such
+# reconcile raises and is retried, which is the operator doing its job, and how many there are
+# depends on the machine. So those are allowed, in proportion to the work: at most one reconcile
+# in OUTAGE_SHARE (an operator whose every write failed once would exceed it), and the state
+# must still converge (asserted above). Any other error fails the test, as a bug raises the
+# same way on every try.
+OUTAGES = re.compile(
+    r"^(ApiError: \((?P<status>\d+)\)|(ReadTimeoutError|ConnectTimeoutError|TimeoutError|"
+    r"ProtocolError|MaxRetryError|NewConnectionError|ConnectionResetError|"
+    r"RemoteDisconnected)\b)"
+)
+OUTAGE_SHARE = 10
+FAILED = "Reconcile failed: "
+
+
+def _assert_only_retried_outages(op: OperatorProcess) -> None:
+    """Every reconcile that raised raised an API outage, and those were few; see OUTAGES."""
+    errors = op.metric("deepseek_operator_reconcile_errors_total")
+    reconciles = op.metric("deepseek_operator_reconciles_total")
+    raised = []
+    for line in op.log_path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        message = str(record.get("msg", "")) if isinstance(record, dict) else ""
+        if message.startswith(FAILED):  # state.run_reconcile's one line per failure
+            raised.append(message.removeprefix(FAILED))
+    kinds = Counter(exc.split(":", 1)[0] for exc in raised)
+    print(f"\n{reconciles:.0f} reconciles, {errors:.0f} raised: {dict(kinds)}")
+    if not errors:
+        return
+    others = [
+        exc
+        for exc in raised
+        if not (m := OUTAGES.match(exc))
+        or (m["status"] is not None and int(m["status"]) not in TRY_AGAIN_STATUSES)
+    ]
+    assert not others, f"reconciles failed for another reason than an API outage: {others[:5]}"
+    assert raised, f"{errors:.0f} reconcile errors counted, none logged:\n{op.logs()}"
+    assert errors * OUTAGE_SHARE <= reconciles, (
+        f"{errors:.0f} of {reconciles:.0f} reconciles hit an API outage: {dict(kinds)}; "
+        f"the first: {raised[0]}"
+    )
 
 
 def _remembered(op: OperatorProcess) -> dict[str, float]:
@@ -90,7 +142,7 @@ def test_a_thousand_servings_created_and_deleted_leave_no_per_object_state(
         while set((left := _remembered(op)).values()) != {0.0} and time.monotonic() < deadline:
             time.sleep(0.5)
         assert set(left.values()) == {0.0}, left
-        assert op.metric("deepseek_operator_reconcile_errors_total") == 0
+        _assert_only_retried_outages(op)
     finally:
         op.stop()
         cleanup = Rest(full_cluster)  # the other connection may have idled out meanwhile

@@ -188,6 +188,18 @@ def test_a_service_of_ours_name_made_by_someone_else_is_reported_not_fought_over
     assert f"Service/{OURS}" in events[0]["message"] and events[0].get("count", 1) == 1
     # The rest of the workload is written: LWS runs the group beside the squatter.
     wait_for(lambda: _running_pods(cp, namespace), timeout=180, what="one group of 2 pods")
+    # ...and ready, as far as LeaderWorkerSet's status goes: on a loaded machine the pods' and
+    # the group's status changes (each a reconcile, rightly) otherwise land in the window below.
+    wait_for(
+        lambda: (
+            cp.kubectl_json("get", "leaderworkerset", NAME, "-n", namespace)
+            .get("status", {})
+            .get("readyReplicas")
+            == 1
+        ),
+        timeout=120,
+        what="the LeaderWorkerSet's group ready",
+    )
 
     # No retry loop: over OBSERVE_S seconds at most two back-off steps (10 s, 20 s, ...) and a
     # late LeaderWorkerSet status event, no error line, and the squatter exactly as it was (not

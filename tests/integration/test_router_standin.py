@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ import pytest
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.render.router import engine_selectors, router_args, router_pod_template
+from tests.k8s.ports import free_port
 from tests.router_venv import VENV, router_venv_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -39,13 +39,6 @@ START_TIMEOUT_S = 60
 
 def _router_binary() -> pathlib.Path:
     return router_venv_file("bin/vllm-router")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def http(method: str, url: str, body: Any = None, timeout: float = 10) -> tuple[int, Any]:

@@ -6,7 +6,8 @@ are built once by ``hack/build-control-plane.sh`` into ``$DSO_CACHE/bin``
 
 Fixtures (registered in ``tests/conftest.py``):
 
-* ``control_plane`` (session): etcd + kube-apiserver on free loopback ports, TLS from openssl, a
+* ``control_plane`` (session): etcd + kube-apiserver on free loopback ports of this process's
+  own block (:mod:`tests.k8s.ports`), TLS from openssl, a
   static admin token (``system:masters``), ServiceAccount signing keys, ``Node,RBAC``
   authorization. Yields a :class:`ControlPlane`.
 * ``full_cluster`` (session): the same :class:`ControlPlane` with kube-controller-manager,
@@ -30,7 +31,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.gpu_nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+from tests.k8s.ports import free_port
 
 T = TypeVar("T")
 
@@ -116,13 +117,6 @@ def require_binaries(names: Sequence[str]) -> Path:
 # --------------------------------------------------------------------------------------------
 # Small utilities
 # --------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """Return a currently free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(
