@@ -107,3 +107,19 @@ def test_a_stored_object_of_a_now_reserved_name_is_still_read() -> None:
     # update): a serving created before it keeps being reconciled.
     doc = {**copy.deepcopy(SEED), "metadata": {"name": "x-prefill", "uid": "1234"}}
     assert parse_serving(doc).name == "x-prefill"
+
+
+@pytest.mark.parametrize(("api_version", "admitted"), [("", True), ("v1", True), ("v2", False)])
+def test_an_empty_field_ref_api_version_is_v1_as_the_api_server_defaults_it(
+    api_version: str, admitted: bool
+) -> None:
+    # The API server defaults ObjectFieldSelector.apiVersion "" to v1 and accepts the pod;
+    # found by tests/integration/test_core_v1_parity.py.
+    field_ref = {"apiVersion": api_version, "fieldPath": "metadata.name"}
+    doc = seed(env=[{"name": "POD", "valueFrom": {"fieldRef": field_ref}}])
+    if admitted:
+        parse_serving(doc)
+        return
+    with pytest.raises(SpecError) as caught:
+        parse_serving(doc)
+    assert "spec.env[0].valueFrom.fieldRef.apiVersion" in str(caught.value)

@@ -57,8 +57,8 @@ _BYTE_DIVISORS += ("1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei")
 class ObjectFieldSelector(ApiModel):
     """A field of the pod (the Downward API) as an env var's value."""
 
-    api_version: Literal["v1"] | None = None
-    """Schema version of fieldPath; only v1."""
+    api_version: Literal["v1", ""] | None = None
+    """Schema version of fieldPath; only v1 (empty is v1: the API server defaults it so)."""
 
     field_path: str = Field(
         max_length=512,
