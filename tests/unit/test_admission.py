@@ -123,3 +123,10 @@ def test_an_empty_field_ref_api_version_is_v1_as_the_api_server_defaults_it(
     with pytest.raises(SpecError) as caught:
         parse_serving(doc)
     assert "spec.env[0].valueFrom.fieldRef.apiVersion" in str(caught.value)
+
+
+@pytest.mark.parametrize("amount", ["0E", "2E", "1e3", "1E3", "1Ei"])
+def test_an_extended_resource_limit_with_a_decimal_suffix_is_admitted(amount: str) -> None:
+    # "E" alone is the exa suffix, not an exponent without digits (test_accepted_runs found it:
+    # the quantity rule of the limits failed to evaluate on "0E").
+    parse_serving(seed(resources={"limits": {"example.com/foo": amount}}))

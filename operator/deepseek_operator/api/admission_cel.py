@@ -57,10 +57,10 @@ def _quantity_value(text: Any) -> Decimal:
         raise ValueError(f"quantities must match the quantity grammar: {text!r}")
     sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
     try:
-        if suffix[:1] in ("e", "E"):
-            value = Decimal(number) * Decimal(10) ** int(suffix[1:])
-        else:
+        if suffix in _SUFFIX_FACTOR:  # "E" alone is exa; an exponent has digits after it
             value = Decimal(number) * _SUFFIX_FACTOR[suffix]
+        else:
+            value = Decimal(number) * Decimal(10) ** int(suffix[1:])
     except (InvalidOperation, OverflowError) as exc:
         raise ValueError(f"quantity out of range: {text!r}") from exc
     return -value if sign == "-" else value
