@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Where the Go-built binaries and the vLLM virtualenvs are cached (the hack scripts and tests read it too).
 DSO_CACHE ?= $(HOME)/.cache/deepseek-operator
 
-.PHONY: help venv generate verify docs lint typecheck test test-unit image test-container kind-node test-kind corpus cluster-bins vllm-venvs vllm-newest vllm-router-venv vllm-catalog conformance bench bench-operator demo clean
+.PHONY: help venv generate verify docs lint typecheck test test-prereqs test-unit image test-container kind-node test-kind corpus cluster-bins vllm-venvs vllm-newest vllm-router-venv vllm-catalog conformance bench bench-operator demo clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -65,7 +65,10 @@ image: venv ## build the image from the Dockerfile (starts a Docker engine, buil
 test-container: image cluster-bins ## the image tests only: CLI, render, crds, and the operator and agent images on the local control plane with in-cluster config
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest tests/container -q
 
-kind-node: cluster-bins ## build a kind node image with no registry, with CoreDNS, kube-network-policies, LWS and the pod network agent preloaded (hack/build-kind-node.sh; ~10 min cold, seconds warm)
+# No make-level dependency on cluster-bins: hack/build-kind-node.sh asks hack/build-control-plane.sh
+# for the binaries it needs (under that script's lock) after its own first steps, which so overlap
+# with a cold control-plane build.
+kind-node: ## build a kind node image with no registry, with CoreDNS, kube-network-policies, LWS and the pod network agent preloaded (hack/build-kind-node.sh; ~10 min cold, seconds warm)
 	hack/build-kind-node.sh
 
 test-kind: venv cluster-bins kind-node image ## the kind tier: the README kind recipe (4 nodes, DNS, pod network, NetworkPolicy, LWS), operator failover, a two-node LWS group
@@ -81,7 +84,13 @@ corpus: venv ## capture `render` over examples, fixtures and generated variants 
 # pytest-xdist workers of `make test` (tests/schedule.py says how the files are spread over them);
 # `make test TEST_WORKERS=0` runs the suite in one process, in file order.
 TEST_WORKERS ?= 3
-test: venv cluster-bins vllm-newest vllm-router-venv image kind-node lint typecheck ## THE test command: lint, types, then unit + integration + e2e against a real local control plane, the built image and the kind tier (TEST_WORKERS=3 in parallel)
+# What `make test` builds and checks before pytest, BUILD_JOBS side by side (on a cold machine
+# most of it waits on downloads; each hack script takes its own lock, so parallel runs are safe).
+BUILD_JOBS ?= 6
+test-prereqs: venv cluster-bins vllm-newest vllm-router-venv image kind-node lint typecheck
+
+test: ## THE test command: builds, lint and types side by side, then unit + integration + e2e against a real local control plane, the built image and the kind tier (TEST_WORKERS=3 in parallel)
+	$(MAKE) --no-print-directory -j $(BUILD_JOBS) --output-sync=line test-prereqs
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q -n $(TEST_WORKERS)
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)

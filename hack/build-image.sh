@@ -74,8 +74,7 @@ else
   if ! command -v debootstrap >/dev/null; then
     [[ "$(id -u)" == 0 ]] || { echo "error: debootstrap missing (apt-get install debootstrap)" >&2; exit 1; }
     log "installing debootstrap (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+    "${HERE}/apt-install.sh" debootstrap
   fi
   [[ "$(id -u)" == 0 ]] || { echo "error: building the base image needs root (debootstrap)" >&2; exit 1; }
   t0=${SECONDS}

@@ -122,7 +122,7 @@ if docker image inspect "${ROOTFS_IMAGE}" >/dev/null 2>&1; then
   log "rootfs ${ROOTFS_IMAGE}: up to date"
 else
   command -v debootstrap >/dev/null \
-    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+    || "${HERE}/apt-install.sh" debootstrap
   t0=${SECONDS}
   r="${WORK}/rootfs"
   rm -rf "${r}"

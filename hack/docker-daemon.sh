@@ -23,6 +23,7 @@
 #          mounted under the cache dir.
 set -euo pipefail
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${DSO_CACHE:-${HOME}/.cache/deepseek-operator}"
 DIR="${CACHE}/docker"
 SOCK="${DIR}/docker.sock"
@@ -49,11 +50,9 @@ install_docker() {
     exit 1
   fi
   log "installing docker.io (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
   # iptables: dockerd's bridge network NATs through it; both are dependencies of docker.io, named
   # so a trimmed Debian without recommends still gets them.
-  apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null
+  "${HERE}/apt-install.sh" docker.io iptables ca-certificates
 }
 
 # CAP_SYS_RESOURCE is capability 24. Some VMs (Firecracker here) drop it from the bounding set;
@@ -125,8 +124,12 @@ start() {
     echo "DOCKER_HOST=${OWN_HOST}"
     return
   fi
-  install_docker
   mkdir -p "${DIR}/data" "${DIR}/exec"
+  # `make test` builds the image and the kind node side by side: both come here, and only one may
+  # install and launch the daemon (dockerd writes its pid file only once it runs).
+  exec 6>"${DIR}/.start.lock"
+  flock 6
+  install_docker
   local runtime=()
   if lacks_cap_sys_resource; then
     write_runc_wrapper
@@ -140,14 +143,15 @@ start() {
     rm -f "${SOCK}" "${PIDFILE}"
     log "starting dockerd (data root ${DIR}/data, socket ${SOCK}, log ${LOG})"
     # --exec-root under the cache: a system dockerd's /var/run/docker is left alone.
-    # setsid + nohup: the daemon outlives this script and the test process that ran it.
+    # setsid + nohup: the daemon outlives this script and the test process that ran it; 6>&-: it
+    # must not inherit (and so hold forever) the start lock.
     setsid nohup dockerd \
       --host "${OWN_HOST}" \
       --data-root "${DIR}/data" \
       --exec-root "${DIR}/exec" \
       --pidfile "${PIDFILE}" \
       "${runtime[@]}" \
-      >>"${LOG}" 2>&1 </dev/null &
+      >>"${LOG}" 2>&1 </dev/null 6>&- &
   fi
   local t0=${SECONDS}
   until answers -H "${OWN_HOST}"; do
