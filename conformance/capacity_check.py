@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from conformance.launcher import run_code, run_module
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.catalog.capacity import (
@@ -42,8 +41,6 @@ from deepseek_operator.catalog.capacity import (
 from deepseek_operator.engine import capacity as C
 from deepseek_operator.engine import kv_cache as K
 from deepseek_operator.engine.model_facts import model_facts
-
-ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 PRO_MODEL = "deepseek-ai/DeepSeek-V4-Pro"
@@ -357,15 +354,10 @@ def _oracle_case(query: Query) -> dict[str, Any]:
     return out
 
 
-def check_capacity(release: str, python: Path) -> CapacityReport:
+def check_capacity(release: str) -> CapacityReport:
     """(f) for one release: every case of the matrix through the oracle and our model."""
     report = CapacityReport()
-    proc = subprocess.run(
-        [str(python), "-c", PROBE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_code(release, PROBE)
     if proc.returncode != 0:
         report.not_covered = (
             f"not proven: vLLM {release} has get_kv_cache_configs in none of "
@@ -375,15 +367,12 @@ def check_capacity(release: str, python: Path) -> CapacityReport:
     cases = list(capacity_cases(release))
     queries = [q for case in cases for q in _queries(case, release)]
     weights = list(weight_cases(release))
-    proc = subprocess.run(
-        [str(python), "-m", "conformance.capacity_oracle"],
-        input=json.dumps(
+    proc = run_module(
+        release,
+        "conformance.capacity_oracle",
+        stdin=json.dumps(
             [_oracle_case(q) for q in queries] + [_weights_query(i, s) for i, s in weights]
         ),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
     )
     if proc.returncode != 0:
         report.mismatches.append(f"[capacity] the oracle failed: {proc.stderr[-2000:]}")

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.capacity_check import check_capacity
-from conformance.launcher import ROOT, ask, oracle_python, run_module
+from conformance.launcher import ROOT, ask, run_module
 from deepseek_operator.api.extra_args.eplb import redundant_experts
 from deepseek_operator.api.load import parse_spec_types
 from deepseek_operator.api.rules.check import SPEC_RULES
@@ -670,7 +670,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             print_report(report, options.limit)
             failed |= bool(report.mismatches)
         t0 = time.monotonic()
-        capacity = check_capacity(release, oracle_python(release))
+        capacity = check_capacity(release)
         if capacity.not_covered:
             print(f"vLLM {release:8} capacity {capacity.not_covered}")
             continue

@@ -2,8 +2,9 @@
 
 Each supported release lives in its own cached virtualenv (hack/install-vllm.sh installs
 ``$DSO_CACHE/vllm/<release>``), never in the operator's; an oracle module (conformance/oracle.py,
-pd_oracle.py) runs there in ONE process per release, reads every question as JSON on stdin and
-writes its answers as one JSON line on stdout. Both harnesses launch it through :func:`ask`.
+pd_oracle.py, capacity_oracle.py) runs there in ONE process per release, reads every question as JSON on stdin and
+writes its answers as one JSON line on stdout. The harnesses launch it through :func:`ask`
+(or :func:`run_module` where a failure is a finding rather than the end of the run).
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ def run_module(
 
     A release that is not installed stops the run with one line saying how to install it.
     """
+    return _run_python(release, "-m", module, *args, stdin=stdin)
+
+
+def run_code(release: str, code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in the release's virtualenv (a probe of what the release contains)."""
+    return _run_python(release, "-c", code)
+
+
+def _run_python(
+    release: str, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     python = oracle_python(release)
     if not python.exists():
         raise SystemExit(
@@ -37,7 +49,7 @@ def run_module(
             f"run hack/install-vllm.sh {release}"
         )
     return subprocess.run(
-        [str(python), "-m", module, *args],
+        [str(python), *args],
         input=stdin,
         capture_output=True,
         text=True,
