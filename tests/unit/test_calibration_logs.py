@@ -3,12 +3,11 @@ each logged command line, GPU and release, the capacity model's prediction again
 memory and concurrency vLLM logged. docs/capacity.md tabulates how far each case lands.
 
 The logs come from releases older than the supported ones (0.22.0-0.26.0 and a build of main
-before 0.28.0, against 0.30.0-0.33.0),
-whose code is not installed here. The difference that matters is explained with the newer
-release's own code: vLLM 0.33.0 reserves, per request and per sliding-window cache,
-``min(W - 1 + max_in_flight_tokens, maxModelLen)`` tokens, where ``max_in_flight_tokens`` is
-``max_concurrent_batches x max_num_batched_tokens`` (config/vllm.py: two batches with async
-scheduling). The logs of 0.25.0 and older fit one batch (`reservation_batches` 1, which 0.33.0's
+before 0.28.0, against 0.30.0-0.33.0), whose code is not installed here. The difference that
+matters is explained with the newer release's own code: vLLM 0.33.0 reserves, per request and per
+sliding-window cache, ``min(W - 1 + max_in_flight_tokens, maxModelLen)`` tokens, where
+``max_in_flight_tokens`` is ``max_concurrent_batches x max_num_batched_tokens`` (config/vllm.py:
+two batches with async scheduling). The logs of 0.25.0 and older fit one batch (`reservation_batches` 1, which 0.33.0's
 code computes for ``--no-async-scheduling``), the logs of 0.26.0 two; V4-Flash's compressor
 states reserve the most, so this decides the concurrency (10,778 against 7,450 blocks per 1M
 request at 8K batched tokens). The groups, pages and block arithmetic are 0.33.0's, proven
