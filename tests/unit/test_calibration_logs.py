@@ -187,7 +187,8 @@ def cudagraph_counts(case: dict[str, Any]) -> tuple[int, int]:
     multiples of 8 below 256 and of 16 up to ``min(2 x max_num_seqs, 512)`` (1024 on SM100),
     capped at ``max_num_batched_tokens`` (appended when it fits), plus ``max_num_seqs`` when it
     fits; and as its ``CudagraphDispatcher`` keeps, for the FULL decode graphs, the sizes up to
-    ``max_num_seqs`` tokens (one token per request)."""
+    ``max_num_seqs`` tokens (one token per request). 0.33.0's own ``_set_cudagraph_sizes``, run on
+    a stand-in config with these cases' sequences and batched tokens, gives the same counts."""
     s = spec_of(case)
     seqs, batched = s.engine.max_num_seqs, s.engine.max_num_batched_tokens
     assert seqs is not None and batched is not None, case["id"]
