@@ -218,8 +218,9 @@ def cudagraph_counts(case: dict[str, Any]) -> tuple[int, int]:
         # The server with 32 sequences captures up to 64 tokens: 11 PIECEWISE, 7 FULL graphs.
         ("h20-tp2-flash-121k", (11, 7), 1.58, 101),
         # 256 sequences on SM100: up to 512 tokens, 51 PIECEWISE and 35 FULL graphs; the
-        # remainder per graph is a fifth of Hopper's (MegaMoE keeps the experts' work in its
-        # symmetric buffer, which the model reserves), and within 1.4 % of the logged figure.
+        # remainder per graph is a fifth of Hopper's (why is not in the logs; INFERRED: MegaMoE
+        # does the experts' work in its symmetric buffer, which the model reserves), and the
+        # KV room lands within 1.4 % of the figure the log implies.
         ("b200-tp8-flash-1m", (51, 35), 1.45, 18),
         ("b200-dp8-flash-1m", (51, 35), 1.88, 23),
     ],
