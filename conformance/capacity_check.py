@@ -2,13 +2,13 @@
 and the MegaMoE path's routed-expert bytes against the release's own expert class.
 
 Runs in the operator's virtualenv. For each DeepSeekServing of the capacity matrix it computes
-with OUR capacity model (engine/capacity.py, catalog/capacity.py, catalog/capacity_v41.py) the KV
-cache groups, the KV room on a GB200 and an H200 for both MoE paths, and from those and the
-one-request boundary the block pool; it asks conformance/capacity_oracle.py (the release's
-virtualenv, one process) for the groups the release's own cache layers and planner form and its
-blocks and concurrency for the same available bytes, and reports every difference. V4.1-Flash's
-groups depend on the GPU (the attention class vLLM picks there), so each V4.1 case is asked once
-per GPU, and the class must match too.
+with OUR capacity model (engine/capacity.py and kv_cache.py on the catalog's geometry.py,
+gpu_memory.py, kv_layout.py and kv_layout_v41.py) the KV cache groups, the KV room on a GB200 and
+an H200 for both MoE paths, and from those and the one-request boundary the block pool; it asks
+conformance/capacity_oracle.py (the release's virtualenv, one process) for the groups the
+release's own cache layers and planner form and its blocks and concurrency for the same available
+bytes, and reports every difference. V4.1-Flash's groups depend on the GPU (the attention class
+vLLM picks there), so each V4.1 case is asked once per GPU, and the class must match too.
 
 Speculative decoding is MTP (V4-Flash's one MTP module): the draft layer adds a sliding-window
 cache, and the retained lookahead comes from vLLM's own `num_prefill_lookahead_tokens` on a
@@ -31,13 +31,9 @@ from typing import Any
 from conformance.launcher import run_code, run_module
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.catalog.capacity import (
-    MIB,
-    PRODUCT_MEMORY_MIB,
-    V4_PRO_RATIOS,
-    KvGroup,
-    find_geometry,
-)
+from deepseek_operator.catalog.geometry import find_geometry
+from deepseek_operator.catalog.gpu_memory import MIB, PRODUCT_MEMORY_MIB
+from deepseek_operator.catalog.kv_layout import V4_PRO_RATIOS, KvGroup
 from deepseek_operator.engine import capacity as C
 from deepseek_operator.engine import kv_cache as K
 from deepseek_operator.engine.model_facts import model_facts

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deepseek_operator import names
-from deepseek_operator.catalog.capacity import PRODUCT_MEMORY_MIB
+from deepseek_operator.catalog.gpu_memory import PRODUCT_MEMORY_MIB
 from deepseek_operator.catalog.gpus import find_product
 
 DRIVER = names.DRA_GPU_DRIVER

@@ -15,7 +15,7 @@ against its planner (conformance/capacity_check.py).
 
 Before the KV cache the model reserves what vLLM builds on every rank: the weights as its
 constructors shard or replicate them (V4-Flash's ``disable_tp`` / ``ReplicatedLinear`` layers,
-1.20 GiB, whole on every TP rank) and the fp32 rotary caches (0.5 GiB; catalog/capacity.py
+1.20 GiB, whole on every TP rank) and the fp32 rotary caches (0.5 GiB; catalog/geometry.py
 ``v4_flash_dense`` and ``rope_cache_bytes``), and a fixed allowance. Where a case lands outside
 10 % of the logged KV memory (the two TP2 Hopper runs) its test names the cause with the figures:
 vLLM's CUDA-graph memory estimate, on by default since v0.21.0 and extrapolated linearly over the
@@ -36,7 +36,8 @@ import yaml
 
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.catalog.capacity import GIB, MIB, find_geometry
+from deepseek_operator.catalog.geometry import find_geometry
+from deepseek_operator.catalog.gpu_memory import GIB, MIB
 from deepseek_operator.engine import capacity as C
 from deepseek_operator.engine import kv_cache as K
 from deepseek_operator.engine.model_facts import model_facts

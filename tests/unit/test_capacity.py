@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepseek_operator.catalog.capacity import GIB, MIB
+from deepseek_operator.catalog.gpu_memory import GIB, MIB
 from deepseek_operator.engine import capacity as C
 from deepseek_operator.engine import capacity_report as R
 from deepseek_operator.engine import kv_cache as K
@@ -89,7 +89,7 @@ V4_FLASH = "deepseek-ai/DeepSeek-V4-Flash"
 def test_v4_block_pool_equals_vllms_planner(
     family: str, length: int, batched: int, expected: tuple[int, int, int, float]
 ) -> None:
-    from deepseek_operator.catalog.capacity import find_geometry
+    from deepseek_operator.catalog.geometry import find_geometry
 
     geometry = find_geometry(V4_FLASH)
     assert geometry is not None and geometry.kv_groups is not None
@@ -111,7 +111,7 @@ def test_mtp_adds_the_draft_layers_window_cache_without_changing_the_pool() -> N
         engine={"speculativeConfig": {"method": "mtp", "num_speculative_tokens": 2}},
     )
     assert mtp.blocks_per_request == plain.blocks_per_request
-    from deepseek_operator.catalog.capacity import find_geometry
+    from deepseek_operator.catalog.geometry import find_geometry
 
     geometry = find_geometry(V4_FLASH)
     assert geometry is not None and geometry.kv_groups is not None
@@ -165,7 +165,7 @@ def test_v41_block_pool_equals_vllms_planner(
     attention: str,
     expected: tuple[int, int, int],
 ) -> None:
-    from deepseek_operator.catalog.capacity import find_geometry
+    from deepseek_operator.catalog.geometry import find_geometry
 
     geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
     assert geometry is not None
@@ -309,7 +309,7 @@ def test_max_model_len_beyond_the_checkpoint_is_refused_in_one_line() -> None:
 
 
 def test_v41_attention_needs_a_known_release_and_an_sm90_or_sm100_gpu() -> None:
-    from deepseek_operator.catalog import capacity_v41 as V
+    from deepseek_operator.catalog import kv_layout_v41 as V
 
     assert V.attention("0.29.0", 10, 4, True, "auto") == "vLLM 0.29.0 has no known V4.1 KV layout"
     assert "compute capability 12" in str(V.attention("0.33.0", 12, 4, True, "auto"))
@@ -340,7 +340,7 @@ def test_gpu_types_carry_the_nodes_compute_capability() -> None:
 def test_an_explicit_attention_backend_in_extra_args_picks_its_class(
     release: str, expected: tuple[int, int, int]
 ) -> None:
-    from deepseek_operator.catalog.capacity import find_geometry
+    from deepseek_operator.catalog.geometry import find_geometry
 
     geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
     assert geometry is not None
@@ -352,7 +352,7 @@ def test_an_explicit_attention_backend_in_extra_args_picks_its_class(
 
 
 def test_attention_backends_the_model_cannot_follow_say_why() -> None:
-    from deepseek_operator.catalog.capacity import find_geometry
+    from deepseek_operator.catalog.geometry import find_geometry
 
     geometry = find_geometry("deepseek-ai/DeepSeek-V4.1-Flash")
     assert geometry is not None
@@ -369,7 +369,8 @@ V4_PRO = "deepseek-ai/DeepSeek-V4-Pro"
 
 
 def test_v4_pro_groups_follow_its_compress_ratios() -> None:
-    from deepseek_operator.catalog.capacity import V4_PRO_RATIOS, find_geometry
+    from deepseek_operator.catalog.geometry import find_geometry
+    from deepseek_operator.catalog.kv_layout import V4_PRO_RATIOS
 
     assert len(V4_PRO_RATIOS) == 61
     assert (V4_PRO_RATIOS.count(4), V4_PRO_RATIOS.count(128)) == (30, 31)
@@ -398,7 +399,7 @@ def test_v4_pro_groups_follow_its_compress_ratios() -> None:
 def test_v4_pro_block_pool_equals_vllms_planner(
     length: int, expected: tuple[int, int, int, float]
 ) -> None:
-    from deepseek_operator.catalog.capacity import find_geometry
+    from deepseek_operator.catalog.geometry import find_geometry
 
     geometry = find_geometry(V4_PRO)
     assert geometry is not None and geometry.kv_groups is not None

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.catalog.capacity import (
+from deepseek_operator.catalog.geometry import CapacityGeometry, find_geometry
+from deepseek_operator.catalog.gpu_memory import (
     ACTIVATION_BYTES_PER_TOKEN_HIDDEN,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     FIXED_OVERHEAD_BYTES,
@@ -33,9 +34,7 @@ from deepseek_operator.catalog.capacity import (
     PRODUCT_MEMORY_MIB,
     RELEASE_MEMORY,
     SYMMETRIC_BUFFER_BYTES_PER_ELEMENT,
-    CapacityGeometry,
     default_max_num_batched_tokens,
-    find_geometry,
 )
 from deepseek_operator.catalog.gpus import find_product
 from deepseek_operator.engine.kv_cache import (

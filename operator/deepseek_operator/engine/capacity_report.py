@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.catalog.capacity import GIB, MIB, find_geometry
+from deepseek_operator.catalog.geometry import find_geometry
+from deepseek_operator.catalog.gpu_memory import GIB, MIB
 from deepseek_operator.engine.capacity import Capacity, GpuType, Unknown, capacity
 from deepseek_operator.engine.model_facts import ModelFacts
 

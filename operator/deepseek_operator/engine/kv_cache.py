@@ -15,12 +15,12 @@ import math
 from collections.abc import Sequence
 
 from deepseek_operator.api.spec import DeepSeekServingSpec
-from deepseek_operator.catalog import capacity_v41
-from deepseek_operator.catalog.capacity import (
+from deepseek_operator.catalog import kv_layout_v41
+from deepseek_operator.catalog.geometry import CapacityGeometry
+from deepseek_operator.catalog.kv_layout import (
     BF16_KV_DTYPES,
     MTP_SUFFIX,
     PACKED_KV_DTYPES,
-    CapacityGeometry,
     KvGroup,
     KvLayerSpec,
     KvRecord,
@@ -112,7 +112,7 @@ def kv_layout(
         backend = attention_backend(spec.engine.extra_args)
         if backend is not None and backend.startswith("--"):
             return f"{backend} in extraArgs is not modelled (only --attention-backend is)"
-        att = capacity_v41.attention(
+        att = kv_layout_v41.attention(
             release,
             cc_major,
             p.tensor_parallel_size,
@@ -122,7 +122,7 @@ def kv_layout(
         )
         if isinstance(att, str):
             return att
-        return f"{att.name}, {att.kv_dtype}", capacity_v41.groups(att)
+        return f"{att.name}, {att.kv_dtype}", kv_layout_v41.groups(att)
     if geometry.kv_groups is None:
         return "no KV cache groups known"
     if draft is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deepseek_operator.catalog.capacity import KvGroup, KvLayerSpec
+from deepseek_operator.catalog.kv_layout import KvGroup, KvLayerSpec
 
 # The checkpoint (config.json text_config): 40 backbone layers; compress ratio 0 (sliding window
 # only) for layers 0-1, 2 for 2-19, 1 for 20-39. Only kv-source layers own a compressed-KV cache
