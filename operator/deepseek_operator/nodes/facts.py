@@ -18,7 +18,8 @@ from typing import Any, TypeVar, cast
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import find_product
 from deepseek_operator.nodes.claims import GPU_POD_CLAIM, ClaimOwner, held_devices
-from deepseek_operator.nodes.dra import DraGpus, read_slices, with_claims
+from deepseek_operator.nodes.dra import read_slices, with_claims
+from deepseek_operator.nodes.dra_gpus import DraGpus
 from deepseek_operator.nodes.precedence import (
     COMPUTE,
     MEMORY_MIB,

@@ -22,7 +22,8 @@ from typing import Any, Generic, TypeVar
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import EXACT_PRODUCT_CC, INFERRED_NVLINK_PRODUCTS, sm_family
-from deepseek_operator.nodes.dra import ATTR_CC, ATTR_PRODUCT, CAPACITY_MEMORY, DraGpus
+from deepseek_operator.nodes.dra_device import ATTR_CC, ATTR_PRODUCT, CAPACITY_MEMORY
+from deepseek_operator.nodes.dra_gpus import DraGpus
 
 # Where a fact came from, as messages name it.
 SOURCE_AGENT = "agent"

@@ -19,7 +19,7 @@ from deepseek_operator.catalog.gpus import GPU_PRODUCTS
 from deepseek_operator.engine.placement import NodeRequirement, Requirement
 from deepseek_operator.names import DRA_GPU_DRIVER
 from deepseek_operator.nodes.claims import GPU_POD_CLAIM
-from deepseek_operator.nodes.dra import ATTR_CC, ATTR_PRODUCT, CAPACITY_MEMORY
+from deepseek_operator.nodes.dra_device import ATTR_CC, ATTR_PRODUCT, CAPACITY_MEMORY
 
 CLAIM_NAME = GPU_POD_CLAIM
 """The pod's resource-claim name (and the template's request name) for its GPUs."""
