@@ -8,7 +8,7 @@ spec live here; anything that depends on nodes or on catalog facts is a status c
 
 One module per thing checked:
 
-* :mod:`.rule` - the shape of a rule and the CEL literals the tables share;
+* :mod:`.rule` - the shape of a rule, the CEL literals and the GPU-resource test the tables share;
 * :mod:`.cross_field` - the MoE backend against the layout, sizes that divide each other;
 * :mod:`.extra_args` - ``spec.engine.extraArgs`` (owned flags, EPLB's spelling, vLLM's options);
 * :mod:`.values` - single values: size bounds, flag-like strings, model and object names;

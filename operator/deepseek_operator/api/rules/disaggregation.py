@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from deepseek_operator.api.extra_args.owned_flags import SERVE_OPTIONS
 from deepseek_operator.api.roles import NIXL_CONNECTOR
-from deepseek_operator.api.rules.rule import NORMALIZED_BACKEND_CEL, SpecRule, cel_set
+from deepseek_operator.api.rules.rule import (
+    NORMALIZED_BACKEND_CEL,
+    SpecRule,
+    cel_no_gpu_resource,
+    cel_set,
+    sets_gpu_resource,
+)
 from deepseek_operator.api.sections import EngineSpec, ParallelismSpec
 
 if TYPE_CHECKING:
@@ -199,13 +205,6 @@ AGGREGATED_ONLY_RULES: tuple[SpecRule, ...] = (
 """The aggregated-only fields, each refused with disaggregation unless at its default."""
 
 
-def _gpu_in_role_resources(spec: DeepSeekServingSpec, role: Any) -> bool:
-    r = role.resources
-    return spec.gpu_resource_name in r.limits or spec.gpu_resource_name in r.requests
-
-
-_GPU = "(has(self.gpuResourceName) ? self.gpuResourceName : 'nvidia.com/gpu')"
-
 DISAGGREGATION_RULES: tuple[SpecRule, ...] = (
     SpecRule(
         name="KVConnectorModelled",
@@ -227,15 +226,14 @@ DISAGGREGATION_RULES: tuple[SpecRule, ...] = (
         field_path=".disaggregation.roles",
         cel=(
             "!has(self.disaggregation) || self.disaggregation.roles.all(r, !has(r.resources) || ("
-            f"(!has(r.resources.limits) || !({_GPU} in r.resources.limits)) && "
-            f"(!has(r.resources.requests) || !({_GPU} in r.resources.requests))))"
+            f"{cel_no_gpu_resource('r.resources')}))"
         ),
         message=(
             "spec.disaggregation.roles[].resources must not set the GPU resource "
             "(spec.gpuResourceName): the operator derives each role's GPU limit from its "
             "parallelism (TP x PP x local DP x PCP)"
         ),
-        holds=lambda s: _role_index(s, lambda r: _gpu_in_role_resources(s, r)) < 0,
+        holds=lambda s: _role_index(s, lambda r: sets_gpu_resource(s, r.resources)) < 0,
         value=lambda s: s.gpu_resource_name,
     ),
     SpecRule(

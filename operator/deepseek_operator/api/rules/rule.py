@@ -3,7 +3,7 @@
 A :class:`SpecRule` is rendered into the CRD as an ``x-kubernetes-validations`` entry (so the API
 server rejects the CR) and run by the loader on a parsed spec (so the offline ``render`` rejects
 the same CR), with ONE message, so both say the same words. The CEL helpers here build the
-literals the rule tables share.
+literals the rule tables share, and the GPU-resource test two of them make (CEL and Python).
 """
 
 from __future__ import annotations
@@ -29,6 +29,31 @@ def cel_set(values: tuple[str, ...]) -> str:
 
 # spec.moeBackend in CEL, normalised as vLLM does (lower case, '-' for '_').
 NORMALIZED_BACKEND_CEL = "self.moeBackend.lowerAscii().replace('-', '_')"
+
+
+def cel_or_default(ref: str, default: str) -> str:
+    """CEL: the optional field ``ref`` where set, else ``default`` (a CEL literal)."""
+    return f"(has({ref}) ? {ref} : {default})"
+
+
+# spec.gpuResourceName in CEL, at the spec's default where unset.
+GPU_RESOURCE_CEL = cel_or_default("self.gpuResourceName", "'nvidia.com/gpu'")
+
+
+def cel_no_gpu_resource(resources: str) -> str:
+    """CEL: neither the limits nor the requests of the ResourceRequirements at ``resources``
+    (``self.resources``, a role's ``r.resources``) name the GPU resource."""
+    return (
+        f"(!has({resources}.limits) || !({GPU_RESOURCE_CEL} in {resources}.limits)) && "
+        f"(!has({resources}.requests) || !({GPU_RESOURCE_CEL} in {resources}.requests))"
+    )
+
+
+def sets_gpu_resource(spec: DeepSeekServingSpec, resources: Any) -> bool:
+    """Whether ``resources`` (the spec's or a role's) name ``spec.gpuResourceName``: the same
+    test as :func:`cel_no_gpu_resource`, negated, on a parsed spec."""
+    gpu = spec.gpu_resource_name
+    return gpu in resources.limits or gpu in resources.requests
 
 
 @dataclass(frozen=True)
