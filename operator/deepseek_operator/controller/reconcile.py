@@ -54,7 +54,15 @@ from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import LWS_KIND, role_object_name
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
+from deepseek_operator.controller.weights import (
+    POLL_FILLING_S,
+    POLL_WAITING_S,
+    carry_out,
+    observe_fill,
+)
+from deepseek_operator.names import DEFAULT_FILL_IMAGE
+from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan, with_weights_gate
+from deepseek_operator.render.weights import fill_enabled, weights_state
 
 __all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
 
@@ -102,8 +110,10 @@ class Reconciler:
         apis_of: Callable[[], ClusterApis] | None = None,
         apis_fresh: Callable[[], ClusterApis | None] | None = None,
         records: Records | None = None,
+        fill_image: str = DEFAULT_FILL_IMAGE,
     ) -> None:
         self.kube = kube
+        self.fill_image = fill_image  # the image of spec.modelCache.fill's Jobs
         self.post_event = post_event  # callable(body, type, reason, message) or None
         self.apis_of = apis_of or ClusterApis  # what the cluster serves (blocking: discovery)
         # The same answer without blocking, or None when discovery must be asked (a thread hop
@@ -257,7 +267,17 @@ class Reconciler:
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
-        planned = plan(obj, inventory, observed, _now(), apis)
+        now = _now()
+        planned = plan(obj, inventory, observed, now, apis)
+        if fill_enabled(obj):
+            # The weights first: no vLLM pod until the fill Job has put them in the cache.
+            fill_seen = await observe_fill(self.kube, obj)
+            weights = weights_state(obj, fill_seen, observed.weights, now)
+            await carry_out(self.kube, obj, fill_seen, weights, self.fill_image)
+            planned = with_weights_gate(planned, weights, observed, obj.generation, now)
+            if not weights.ready:
+                again = POLL_FILLING_S if weights.poll else POLL_WAITING_S
+                recheck = again if recheck is None else min(recheck, again)
         outcome = Outcome(backend=planned.resolution.moe_backend, recheck_after=recheck)
         status = planned.status_dict
         writes = plan_write_actions(

@@ -40,7 +40,7 @@ from deepseek_operator.controller.watches import (
     Watch,
 )
 from deepseek_operator.credentials import Credentials
-from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
+from deepseek_operator.names import DEFAULT_FILL_IMAGE, DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -68,6 +68,7 @@ class OperatorState(NodeEvents):
         priority: int | None = None,
         credentials: Credentials | None = None,
         router_image: str = DEFAULT_ROUTER_IMAGE,
+        fill_image: str = DEFAULT_FILL_IMAGE,
     ) -> None:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
@@ -81,6 +82,7 @@ class OperatorState(NodeEvents):
             apis_of=self.apis.current,
             apis_fresh=self.apis.fresh,
             records=self.records,
+            fill_image=fill_image,
         )
         self.nodes = NodeTracker()
         self.stores = Stores()
