@@ -230,9 +230,7 @@ def with_weights_gate(
     status = with_weights(
         planned.status, state, generation=generation, now=now, previous=observed.conditions
     )
-    return replace(
-        planned, status=status, holds_children=planned.holds_children or not state.ready
-    )
+    return replace(planned, status=status, holds_children=planned.holds_children or not state.ready)
 
 
 def claim_owner(serving: ServingObject) -> ClaimOwner:

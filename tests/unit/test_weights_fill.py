@@ -166,7 +166,9 @@ def test_progress_moves_and_gives_an_eta() -> None:
     gib = 1024**3
     first = weights_state(
         serving(),
-        FillObserved(True, BIG, job(), FillPod("p", "Running", log_tail=progress(10 * gib, 100 * gib))),
+        FillObserved(
+            True, BIG, job(), FillPod("p", "Running", log_tail=progress(10 * gib, 100 * gib))
+        ),
         None,
         NOW,
     )
@@ -174,7 +176,9 @@ def test_progress_moves_and_gives_an_eta() -> None:
     assert first.status.progress == "10.0/100.0 GiB, 1/4 files"
     second = weights_state(
         serving(),
-        FillObserved(True, BIG, job(), FillPod("p", "Running", log_tail=progress(20 * gib, 100 * gib, 2))),
+        FillObserved(
+            True, BIG, job(), FillPod("p", "Running", log_tail=progress(20 * gib, 100 * gib, 2))
+        ),
         first.status,
         LATER,
     )
@@ -216,7 +220,9 @@ def test_a_killed_pod_is_retried_and_the_retry_resumes() -> None:
 
 
 def test_a_complete_job_makes_the_weights_ready() -> None:
-    pod = FillPod("p", "Succeeded", exit_code=0, log_tail='{"event":"done","bytesTotal":8,"filesTotal":3}')
+    pod = FillPod(
+        "p", "Succeeded", exit_code=0, log_tail='{"event":"done","bytesTotal":8,"filesTotal":3}'
+    )
     state = weights_state(serving(), FillObserved(True, BIG, job("Complete"), pod), None, NOW)
     assert state.ready and state.reason == "Filled" and not state.poll
     assert state.status is not None and state.status.progress == "filled"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepseek_operator.names import DEFAULT_PEERING, DEFAULT_FILL_IMAGE, DEFAULT_ROUTER_IMAGE
+from deepseek_operator.names import DEFAULT_FILL_IMAGE, DEFAULT_PEERING, DEFAULT_ROUTER_IMAGE
 
 NAME = "run"
 HELP = "run the operator"

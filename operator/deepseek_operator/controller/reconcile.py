@@ -50,17 +50,16 @@ from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGo
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.controller.records import resource_version as _rv
-from deepseek_operator.engine.cluster_apis import ClusterApis
-from deepseek_operator.errors import SpecError
-from deepseek_operator.names import LWS_KIND, role_object_name
-from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.controller.weights import (
     POLL_FILLING_S,
     POLL_WAITING_S,
     carry_out,
     observe_fill,
 )
-from deepseek_operator.names import DEFAULT_FILL_IMAGE
+from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.errors import SpecError
+from deepseek_operator.names import DEFAULT_FILL_IMAGE, LWS_KIND, role_object_name
+from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan, with_weights_gate
 from deepseek_operator.render.weights import fill_enabled, weights_state
 

@@ -205,7 +205,10 @@ def render_fill_job(serving: ServingObject, image: str) -> dict[str, Any]:
                     },
                     "containers": [container],
                     "volumes": [
-                        {"name": "weights", "persistentVolumeClaim": {"claimName": cache.claim_name}},
+                        {
+                            "name": "weights",
+                            "persistentVolumeClaim": {"claimName": cache.claim_name},
+                        },
                         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
                     ],
                 },
@@ -305,9 +308,7 @@ def _parse_time(text: str) -> dt.datetime | None:
         return None
 
 
-def _eta(
-    done: int, total: int, now: str, previous: S.WeightsStatus | None, job: str
-) -> int | None:
+def _eta(done: int, total: int, now: str, previous: S.WeightsStatus | None, job: str) -> int | None:
     """Seconds left at the rate since the previous report of the same Job (None: no rate)."""
     if previous is None or previous.job != job or done <= previous.bytes_done or total <= done:
         return None

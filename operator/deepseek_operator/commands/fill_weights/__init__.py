@@ -12,6 +12,7 @@ A rerun after an interruption resumes the parts on the volume; a complete cache 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -93,11 +94,9 @@ def _termination_log(path: str | None, line: str) -> None:
     the same line is on stderr and stdout)."""
     if not path:
         return
-    try:
-        # The kubelet keeps at most 4096 bytes of it; the line is cut well below that.
+    # The kubelet keeps at most 4096 bytes of it; the line is cut well below that.
+    with contextlib.suppress(OSError):
         Path(path).write_text(line[:2000] + "\n", encoding="utf-8")
-    except OSError:
-        pass
 
 
 def _cache_dir(hf_home: str | None) -> Path:
