@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -364,7 +365,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubStandin]:
 
 @pytest.fixture
 def ns(plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"fill-{request.node.name.split('[')[0][5:30].replace('_', '-')}-{os.getpid() % 10000}"
+    # Unique: no namespace controller runs here, so a deleted namespace stays Terminating.
+    name = f"fill-{request.node.name.split('[')[0][5:30].replace('_', '-')}-{uuid.uuid4().hex[:6]}"
     plane.create_namespace(name)
     try:
         yield name
