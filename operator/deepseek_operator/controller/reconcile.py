@@ -11,7 +11,6 @@ A status-only reconcile (asked for by pod events) writes no child: pods never re
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import itertools
 import logging
 import time
@@ -50,18 +49,13 @@ from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGo
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.controller.records import resource_version as _rv
-from deepseek_operator.controller.weights import (
-    POLL_FILLING_S,
-    POLL_WAITING_S,
-    carry_out,
-    observe_fill,
-)
+from deepseek_operator.controller.weights import behind_weights
+from deepseek_operator.controller.weights import utc_now as _now
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
-from deepseek_operator.names import DEFAULT_FILL_IMAGE, LWS_KIND, role_object_name
+from deepseek_operator.names import LWS_KIND, role_object_name
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan, with_weights_gate
-from deepseek_operator.render.weights import fill_enabled, weights_state
+from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
 
 __all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
 
@@ -83,8 +77,8 @@ class Outcome:
     # children not written: an object of that name exists and is not ours (ForeignObject words)
     foreign: list[str] = field(default_factory=list)
     retry_after: float | None = None  # seconds; set while a child is refused or in the way
-    # seconds; set while a LeaderWorkerSet misses a StatefulSet, or one of its StatefulSets misses
-    # pods, and no Event says why yet (or just after a write of the LeaderWorkerSet)
+    # seconds; set while a LeaderWorkerSet (or one of its StatefulSets) misses pods and no Event
+    # says why yet (or just after its write), or while spec.modelCache.fill's fill is not done
     recheck_after: float | None = None
     # a child we wrote changed again while our write was on its way (a controller's update
     # overtook the response): its owner needs another look once the watch settles
@@ -93,10 +87,6 @@ class Outcome:
 
 def _uid(body: Mapping[str, Any]) -> str:
     return str((body.get("metadata") or {}).get("uid") or "")
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Reconciler:
@@ -109,10 +99,8 @@ class Reconciler:
         apis_of: Callable[[], ClusterApis] | None = None,
         apis_fresh: Callable[[], ClusterApis | None] | None = None,
         records: Records | None = None,
-        fill_image: str = DEFAULT_FILL_IMAGE,
     ) -> None:
         self.kube = kube
-        self.fill_image = fill_image  # the image of spec.modelCache.fill's Jobs
         self.post_event = post_event  # callable(body, type, reason, message) or None
         self.apis_of = apis_of or ClusterApis  # what the cluster serves (blocking: discovery)
         # The same answer without blocking, or None when discovery must be asked (a thread hop
@@ -266,17 +254,8 @@ class Reconciler:
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
-        now = _now()
-        planned = plan(obj, inventory, observed, now, apis)
-        if fill_enabled(obj):
-            # The weights first: no vLLM pod until the fill Job has put them in the cache.
-            fill_seen = await observe_fill(self.kube, obj)
-            weights = weights_state(obj, fill_seen, observed.weights, now)
-            await carry_out(self.kube, obj, fill_seen, weights, self.fill_image)
-            planned = with_weights_gate(planned, weights, observed, obj.generation, now)
-            if not weights.ready:
-                again = POLL_FILLING_S if weights.poll else POLL_WAITING_S
-                recheck = again if recheck is None else min(recheck, again)
+        planned = plan(obj, inventory, observed, _now(), apis)
+        planned, recheck = await behind_weights(self.kube, obj, observed, planned, apis, recheck)
         outcome = Outcome(backend=planned.resolution.moe_backend, recheck_after=recheck)
         status = planned.status_dict
         writes = plan_write_actions(

@@ -74,7 +74,7 @@ class OperatorState(NodeEvents):
         self.peering_name = peering  # None: standalone
         self.peering = PeeringGate(priority if peering else None)
         self.kube = KubeClient(credentials=credentials)
-        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image)
+        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image, fill_image)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
         self.reconciler = Reconciler(
             self.kube,
@@ -82,7 +82,6 @@ class OperatorState(NodeEvents):
             apis_of=self.apis.current,
             apis_fresh=self.apis.fresh,
             records=self.records,
-            fill_image=fill_image,
         )
         self.nodes = NodeTracker()
         self.stores = Stores()

@@ -11,13 +11,16 @@ reconciler looks again every few seconds (:data:`POLL_FILLING_S`).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import FILL_CONTAINER
+from deepseek_operator.plan import Observed, Plan, with_weights_gate
 from deepseek_operator.render.weights import (
     LOG_TAIL_LINES,
     FillObserved,
@@ -26,6 +29,7 @@ from deepseek_operator.render.weights import (
     owner_reference,
     render_fill_job,
     serving_fill_job_name,
+    weights_state,
 )
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -137,3 +141,32 @@ async def carry_out(
         {"metadata": {"ownerReferences": [owner_reference(serving)]}},
         "application/strategic-merge-patch+json",
     )
+
+
+def utc_now() -> str:
+    """The clock of every status time the operator writes: RFC 3339, whole seconds, UTC."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def behind_weights(
+    kube: KubeClient,
+    serving: ServingObject,
+    observed: Observed,
+    planned: Plan,
+    apis: ClusterApis,
+    recheck: float | None,
+) -> tuple[Plan, float | None]:
+    """``planned`` behind ``serving``'s fill, if it asks for one (``spec.modelCache.fill``): its
+    children held until the weights are in the cache; and the recheck, shortened to the next
+    look at the fill while it is not done. The weights come first: no vLLM pod waits for them."""
+    if serving.spec.model_cache.fill is None:
+        return planned, recheck
+    now = utc_now()
+    seen = await observe_fill(kube, serving)
+    state = weights_state(serving, seen, observed.weights, now)
+    await carry_out(kube, serving, seen, state, apis.fill_image)
+    planned = with_weights_gate(planned, state, observed, serving.generation, now)
+    if state.ready:
+        return planned, recheck
+    again = POLL_FILLING_S if state.poll else POLL_WAITING_S
+    return planned, again if recheck is None else min(recheck, again)

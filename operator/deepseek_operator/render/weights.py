@@ -17,7 +17,7 @@ controller, into the condition, the ``status.weights`` progress and whether vLLM
 
 from __future__ import annotations
 
-import datetime as dt
+import calendar
 import hashlib
 import json
 import re
@@ -301,21 +301,22 @@ def last_report(log_tail: str) -> Mapping[str, Any] | None:
     return None
 
 
-def _parse_time(text: str) -> dt.datetime | None:
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
+def _seconds(text: str) -> int | None:
+    """Seconds since the epoch of an RFC 3339 ``YYYY-MM-DDTHH:MM:SSZ`` (None: not one)."""
+    m = re.fullmatch(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z", text)
+    if m is None:
         return None
+    return calendar.timegm((*(int(g) for g in m.groups()), 0, 0, 0))
 
 
 def _eta(done: int, total: int, now: str, previous: S.WeightsStatus | None, job: str) -> int | None:
     """Seconds left at the rate since the previous report of the same Job (None: no rate)."""
     if previous is None or previous.job != job or done <= previous.bytes_done or total <= done:
         return None
-    then, at = _parse_time(previous.observed_at), _parse_time(now)
+    then, at = _seconds(previous.observed_at), _seconds(now)
     if then is None or at is None or at <= then:
         return None
-    rate = (done - previous.bytes_done) / (at - then).total_seconds()
+    rate = (done - previous.bytes_done) / (at - then)
     return int((total - done) / rate + 0.5)
 
 
