@@ -276,3 +276,28 @@ def test_log_and_quantity_parsing() -> None:
     assert quantity_bytes("1T") == 10**12
     assert quantity_bytes("5e9") == 5 * 10**9
     assert quantity_bytes("lots") is None
+
+
+def test_the_docs_fill_example_is_admitted_and_renders_its_job() -> None:
+    import pathlib
+    import re
+
+    import yaml
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    page = (root / "docs/weights.md").read_text()
+    (snippet,) = [
+        doc
+        for doc in map(yaml.safe_load, re.findall(r"```yaml\n(.*?)```", page, re.S))
+        if "fill" in (doc.get("spec") or {}).get("modelCache", {})
+    ]
+    example = yaml.safe_load((root / "examples/dsv41-flash-gb200.yaml").read_text())
+    spec = {**example["spec"], **snippet["spec"]}
+    spec["model"] = {**example["spec"]["model"], **snippet["spec"]["model"]}
+    obj = parse_serving({**example, "metadata": snippet["metadata"], "spec": spec})
+    manifest = render_fill_job(obj, "registry.example.com/deepseek-operator:0.1.0")
+    assert manifest["metadata"]["name"] == serving_fill_job_name(obj)
+    assert f"`{manifest['metadata']['name']}`" in page  # the name the page shows is the real one
+    # The page's claim is large enough for the catalogued checkpoint it fills.
+    state = weights_state(obj, FillObserved(True, "600Gi"), None, NOW)
+    assert state.create_job
