@@ -501,10 +501,10 @@ def test_two_servings_share_one_fill_and_pods_wait_for_it(
 
 
 @pytest.mark.parametrize(
-    ("token", "revision", "code", "cause"),
+    ("token", "revision", "code", "cause", "said"),
     [
-        ("hf_wrong_token_0000000000", COMMIT, 3, "token-rejected"),
-        (TOKEN, MISSING, 5, "not-found"),
+        ("hf_wrong_token_0000000000", COMMIT, 3, "token-rejected", "401"),
+        (TOKEN, MISSING, 5, "not-found", "404"),
     ],
 )
 def test_a_bad_token_or_a_missing_revision_is_one_line_and_no_pod(
@@ -517,6 +517,7 @@ def test_a_bad_token_or_a_missing_revision_is_one_line_and_no_pod(
     revision: str,
     code: int,
     cause: str,
+    said: str,
 ) -> None:
     setup(plane, ns, token=token)
     plane.apply(serving(ns, "a", hub, revision=revision))
@@ -526,6 +527,8 @@ def test_a_bad_token_or_a_missing_revision_is_one_line_and_no_pod(
     message = condition(obj, "WeightsReady")["message"]
     assert "\n" not in message
     assert f"exit code {code} ({cause})" in message
+    # The command's own line, from its termination message: the hub's answer, named.
+    assert f"({cause}): " in message and said in message, message
     assert len(player.processes) == 1  # fatal: no retry
     assert workloads(plane, ns) == []
     assert token not in json.dumps(get_serving(plane, ns, "a"))
