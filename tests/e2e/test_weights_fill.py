@@ -16,8 +16,8 @@ the Job controller sets them, bound to a Node whose kubelet endpoint is the stan
 writes as its ``terminationMessagePath``); a new attempt after a failure the Job's
 podFailurePolicy does not make fatal; and the Job's Complete/Failed conditions. The stand-in
 kubelet serves ``/containerLogs`` from the process's stdout, so the API server proxies the log
-to the operator exactly as it would from a node. The garbage collector does not run here: the
-Job's shared ownership is checked on its ownerReferences.
+to the operator exactly as it would from a node. kube-controller-manager runs here with its garbage
+collector only: the shared Job goes with the last serving that owns it, for real.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ import yaml
 
 from tests.hub_standin import HubStandin, make_checkpoint
 from tests.k8s.cluster import (
+    Component,
     ControlPlane,
+    free_port,
     make_serving_cert,
     start_control_plane,
     stop_control_plane,
@@ -310,6 +312,26 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     cp = start_control_plane(lambda: tmp_path_factory.mktemp("fill-plane"))
     try:
         install_crds(cp)
+        # The garbage collector alone of kube-controller-manager's controllers: the shared Job's
+        # ownership is real, and no Job controller competes with the JobPlayer.
+        kc, port = str(cp.kubeconfig), free_port()
+        gc = Component(
+            "kube-controller-manager-gc",
+            [
+                str(cp.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                "--leader-elect=false",
+                f"--secure-port={port}",
+                f"--cert-dir={cp.work_dir / 'gc-certs'}",
+                "--controllers=garbage-collector-controller",
+            ],
+            cp.log_dir / "kube-controller-manager-gc.log",
+            health_url=f"https://127.0.0.1:{port}/healthz",
+        )
+        cp.run_component(gc)
         yield cp
     finally:
         stop_control_plane(cp)
@@ -545,3 +567,23 @@ def test_a_claim_smaller_than_the_checkpoint_is_refused_with_figures(
     message = condition(obj, "WeightsReady")["message"]
     assert "100Gi" in message and "476.0 GiB" in message
     assert jobs(plane, ns) == [] and workloads(plane, ns) == []
+
+
+def test_the_shared_job_goes_with_the_last_serving(
+    plane: ControlPlane, operator: OperatorProcess, hub: HubStandin, ns: str
+) -> None:
+    setup(plane, ns)
+    plane.apply([serving(ns, "a", hub), serving(ns, "b", hub)])
+
+    def owners() -> set[str]:
+        found = jobs(plane, ns)
+        return {o["name"] for j in found for o in j["metadata"].get("ownerReferences", [])}
+
+    wait_for(lambda: owners() == {"a", "b"}, timeout=WAIT_S, what="the Job owned by a and b")
+    (job,) = jobs(plane, ns)
+    plane.kubectl("delete", "dss", "a", "-n", ns)
+    # b still holds it: the collector only drops a's dangling reference.
+    wait_for(lambda: owners() == {"b"}, timeout=WAIT_S, what="a's reference dropped")
+    assert [j["metadata"]["uid"] for j in jobs(plane, ns)] == [job["metadata"]["uid"]]
+    plane.kubectl("delete", "dss", "b", "-n", ns)
+    wait_for(lambda: jobs(plane, ns) == [], timeout=WAIT_S, what="the garbage collector")
