@@ -301,3 +301,18 @@ def test_the_docs_fill_example_is_admitted_and_renders_its_job() -> None:
     # The page's claim is large enough for the catalogued checkpoint it fills.
     state = weights_state(obj, FillObserved(True, "600Gi"), None, NOW)
     assert state.create_job
+
+
+def test_no_news_writes_nothing() -> None:
+    gib = 1024**3
+    running = FillPod("p", "Running", log_tail=progress(10 * gib, 100 * gib))
+    first = weights_state(serving(), FillObserved(True, BIG, job(), running), None, NOW)
+    again = weights_state(serving(), FillObserved(True, BIG, job(), running), first.status, LATER)
+    assert again.status == first.status  # the same figures: the same status, its time too
+    done = FillPod(
+        "p", "Succeeded", exit_code=0, log_tail='{"event":"done","bytesTotal":8,"filesTotal":3}'
+    )
+    filled = weights_state(serving(), FillObserved(True, BIG, job("Complete"), done), None, NOW)
+    # Once complete, the controller stops reading the pod: the totals come from the status.
+    later = weights_state(serving(), FillObserved(True, BIG, job("Complete")), filled.status, LATER)
+    assert later.ready and later.status == filled.status

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deepseek_operator.api.load import ServingObject
+from deepseek_operator.api.status import WeightsStatus
 from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import FILL_CONTAINER
@@ -62,9 +63,12 @@ def _pod_fact(pod: Mapping[str, Any]) -> FillPod:
     )
 
 
-async def observe_fill(kube: KubeClient, serving: ServingObject) -> FillObserved:
+async def observe_fill(
+    kube: KubeClient, serving: ServingObject, previous: WeightsStatus | None = None
+) -> FillObserved:
     """What the cluster shows of ``serving``'s fill: its claim, Job, newest pod (with the tail of
-    its log) and newest pod that failed with an exit code."""
+    its log) and newest pod that failed with an exit code. A complete Job whose totals the last
+    status (``previous``) holds is not looked into again: its pods and log cannot change."""
     ns = serving.namespace
     claim_name = serving.spec.model_cache.claim_name or ""
     claim = await kube.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}")
@@ -76,6 +80,12 @@ async def observe_fill(kube: KubeClient, serving: ServingObject) -> FillObserved
     job = await kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{job_name}")
     if job is None:
         return FillObserved(claim_found=True, claim_request=request)
+    complete = any(
+        c.get("type") == "Complete" and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+    if complete and previous is not None and previous.job == job_name and previous.bytes_total:
+        return FillObserved(claim_found=True, claim_request=request, job=job)
     uid = str((job.get("metadata") or {}).get("uid") or "")
     listed = await kube.get(
         f"/api/v1/namespaces/{ns}/pods", [("labelSelector", f"{_JOB_UID_LABEL}={uid}")]
@@ -162,7 +172,7 @@ async def behind_weights(
     if serving.spec.model_cache.fill is None:
         return planned, recheck
     now = utc_now()
-    seen = await observe_fill(kube, serving)
+    seen = await observe_fill(kube, serving, observed.weights)
     state = weights_state(serving, seen, observed.weights, now)
     await carry_out(kube, serving, seen, state, apis.fill_image)
     planned = with_weights_gate(planned, state, observed, serving.generation, now)

@@ -368,6 +368,37 @@ def _failure_line(job_name: str, job: Mapping[str, Any], pod: FillPod | None) ->
     )
 
 
+def _running_status(
+    job_name: str, report: Mapping[str, Any] | None, base: S.WeightsStatus | None, now: str
+) -> S.WeightsStatus:
+    """The progress of a running fill from its last report and the last status of the same Job.
+
+    No report (the pod starting, its log out of reach) or the same figures as last time: the
+    last status as it was, so nothing is written and the next rate is measured from the read
+    that saw these figures first."""
+    if report is None:
+        return base or S.WeightsStatus(job=job_name, observed_at=now, progress="starting")
+    total = int(report.get("bytesTotal") or 0)
+    done = total if report.get("event") == "done" else int(report.get("bytesDone") or 0)
+    files = int(report.get("filesDone") or 0)
+    if base is not None and (done, files, total) == (
+        base.bytes_done,
+        base.files_done,
+        base.bytes_total,
+    ):
+        return base
+    status = S.WeightsStatus(
+        job=job_name,
+        bytes_done=done,
+        bytes_total=total,
+        files_done=files,
+        files_total=int(report.get("filesTotal") or 0),
+        eta_seconds=_eta(done, total, now, base, job_name),
+        observed_at=now,
+    )
+    return status.model_copy(update={"progress": progress_line(status)})
+
+
 def weights_state(
     serving: ServingObject,
     observed: FillObserved,
@@ -434,6 +465,8 @@ def weights_state(
             observed_at=now,
             progress="filled",
         )
+        if previous is not None and previous.model_copy(update={"observed_at": now}) == done:
+            done = previous  # unchanged since it was filled: nothing to write
         return WeightsState(
             True,
             REASON_WEIGHTS_FILLED,
@@ -451,28 +484,7 @@ def weights_state(
         )
     report = last_report(observed.pod.log_tail) if observed.pod else None
     base = previous if previous is not None and previous.job == job_name else None
-    if report is None:
-        status = (base or S.WeightsStatus(job=job_name)).model_copy(
-            update={"observed_at": now, "eta_seconds": None}
-        )
-        status = status.model_copy(
-            update={"progress": progress_line(status) if status.bytes_total else "starting"}
-        )
-    else:
-        done_bytes = int(report.get("bytesDone") or report.get("bytesTotal") or 0)
-        total = int(report.get("bytesTotal") or 0)
-        if report.get("event") == "done":
-            done_bytes = total
-        status = S.WeightsStatus(
-            job=job_name,
-            bytes_done=done_bytes,
-            bytes_total=total,
-            files_done=int(report.get("filesDone") or 0),
-            files_total=int(report.get("filesTotal") or 0),
-            eta_seconds=_eta(done_bytes, total, now, base, job_name),
-            observed_at=now,
-        )
-        status = status.model_copy(update={"progress": progress_line(status)})
+    status = _running_status(job_name, report, base, now)
     failed_before = observed.failed_pod
     if failed_before is not None and failed_before.exit_code is not None:
         cause = _CAUSE_OF_CODE.get(failed_before.exit_code, "failed")
