@@ -11,7 +11,8 @@ resolved from the user's Secret), fetching through ``huggingface_hub`` from
 
 What is simulated, by :class:`JobPlayer` and :class:`KubeletStandin` here, as the Job controller
 and a kubelet would: the temp dir plays the claim's volume; a pod per attempt (labels and owner as
-the Job controller sets them, bound to a Node whose kubelet endpoint is the stand-in); its status
+the Job controller sets them, bound to a Node whose kubelet endpoint is the stand-in, admitted by
+the API server's Pod Security admission at the restricted level); its status
 (Running, then the container's terminated exit code and message, read from the file the process
 writes as its ``terminationMessagePath``); a new attempt after a failure the Job's
 podFailurePolicy does not make fatal; and the Job's Complete/Failed conditions. The stand-in
@@ -411,6 +412,9 @@ def player(
 
 
 def setup(cp: ControlPlane, ns: str, token: str = TOKEN, size: str = "600Gi") -> None:
+    # The API server's Pod Security admission enforces "restricted" on every fill pod created
+    # here from the operator's Job template (the vLLM Deployments are never turned into pods).
+    cp.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
     cp.apply(
         [
             {
@@ -477,6 +481,14 @@ def test_two_servings_share_one_fill_and_pods_wait_for_it(
     assert "--revision=" + COMMIT in container["args"]
     assert {"name": "HF_ENDPOINT", "value": hub.endpoint} in container["env"]
     assert TOKEN not in json.dumps(job)
+    # The namespace's restricted level bites: the same pod without its hardening is refused.
+    bare = copy.deepcopy(job["spec"]["template"])
+    bare["spec"].pop("securityContext")
+    bare["spec"]["containers"][0].pop("securityContext")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": ns}, **bare}
+    pod["metadata"] = {"name": "bare", "namespace": ns}
+    refused = plane.kubectl("create", "--dry-run=server", "-f", "-", input=pod, check=False)
+    assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr, refused.stderr
 
     # Progress moves while the fill is stalled part-way, and no vLLM child exists.
     def partial(obj: dict[str, Any]) -> bool:
