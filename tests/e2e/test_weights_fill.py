@@ -501,6 +501,7 @@ def test_two_servings_share_one_fill_and_pods_wait_for_it(
         )
         assert condition(obj, "WeightsReady")["reason"] in ("Filling", "FillRetrying")
         assert "GiB" in obj["status"]["weights"]["progress"]
+        assert condition(obj, "Ready")["reason"] == "WeightsNotReady"
     assert hub.stalled.is_set()
     assert workloads(plane, ns) == []
 

@@ -248,10 +248,18 @@ def test_the_gate_holds_children_until_ready() -> None:
     status = S.DeepSeekServingStatus()
     planned = Plan(resolution=None, objects=[{"kind": "Deployment"}], status=status)  # type: ignore[arg-type]
     waiting = WeightsState(False, "Filling", "m", S.WeightsStatus(job="j"))
+    not_ready = S.Condition(type="Ready", status="False", reason="ReplicasNotReady", message="")
+    planned = Plan(
+        resolution=None,  # type: ignore[arg-type]
+        objects=[{"kind": "Deployment"}],
+        status=S.DeepSeekServingStatus(conditions=[not_ready]),
+    )
     held = with_weights_gate(planned, waiting, Observed(), 1, NOW)
     assert held.holds_children
-    (cond,) = held.status.conditions
+    ready_cond, cond = held.status.conditions
     assert (cond.type, cond.status) == (WEIGHTS_READY, "False")
+    assert (ready_cond.type, ready_cond.reason) == ("Ready", "WeightsNotReady")
+    assert ready_cond.message.endswith(": m")
     ready = with_weights_gate(planned, WeightsState(True, "Filled", "m", None), Observed(), 1, NOW)
     assert not ready.holds_children
     assert with_weights(status, waiting, generation=1, now=NOW, previous=()).weights is not None

@@ -43,11 +43,13 @@ from deepseek_operator.names import (
     LABEL_NAME,
     MANAGED_BY,
     PROJECT,
+    READY,
     REASON_WEIGHTS_CACHE_TOO_SMALL,
     REASON_WEIGHTS_CLAIM_MISSING,
     REASON_WEIGHTS_FAILED,
     REASON_WEIGHTS_FILLED,
     REASON_WEIGHTS_FILLING,
+    REASON_WEIGHTS_NOT_READY,
     REASON_WEIGHTS_PENDING,
     REASON_WEIGHTS_RETRYING,
     REASON_WEIGHTS_REVISION_REQUIRED,
@@ -524,4 +526,20 @@ def with_weights(
         previous=previous,
     )
     conditions = [c for c in status.conditions if c.type != WEIGHTS_READY] + [cond]
+    if not state.ready:
+        # Ready says why no replica runs: the weights, not the pods (there are none yet).
+        conditions = [
+            condition(
+                READY,
+                ok=False,
+                reason=REASON_WEIGHTS_NOT_READY,
+                message=f"no vLLM pod before the weights are in the cache: {state.message}",
+                generation=generation,
+                now=now,
+                previous=previous,
+            )
+            if c.type == READY and c.status == "False"
+            else c
+            for c in conditions
+        ]
     return status.model_copy(update={"conditions": conditions, "weights": state.status})
