@@ -275,6 +275,9 @@ def test_vllm_pods_read_the_filled_cache_read_only_and_offline() -> None:
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "model-cache"]
     assert mount["readOnly"] is True
     assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
+    # A read-only HF_HOME: transformers' remote-code copies go elsewhere.
+    (modules,) = [e["value"] for e in container["env"] if e["name"] == "HF_MODULES_CACHE"]
+    assert not modules.startswith(mount["mountPath"])
 
 
 def test_log_and_quantity_parsing() -> None:

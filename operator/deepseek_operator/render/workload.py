@@ -99,8 +99,13 @@ def pod_template(
     owned: tuple[str, ...] = ("HF_HOME",)
     if cache.fill is not None:
         # The operator filled the cache before this pod was created: vLLM reads, never downloads.
-        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
-        owned += ("HF_HUB_OFFLINE",)
+        # The cache is mounted read-only, so transformers' copies of a checkpoint's remote code
+        # (trustRemoteCode; HF_HOME/modules by default) go to the container's own /tmp.
+        env += [
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+            {"name": "HF_MODULES_CACHE", "value": "/tmp/hf-modules"},
+        ]
+        owned += ("HF_HUB_OFFLINE", "HF_MODULES_CACHE")
     if res.kv_transfer:
         owned += tuple(OPERATOR_ENV)
     env += [e.manifest() for e in spec.env if e.name not in owned]
