@@ -1,7 +1,8 @@
 """spec.modelCache.fill on a real API server: one shared fill, progress, no vLLM child before it.
 
-What is real: etcd and kube-apiserver (a plane of this module's own, without controller-manager,
-scheduler or kwok, so nothing but this test acts for the Job), the operator (``deepseek-operator
+What is real: etcd and kube-apiserver (a plane of this module's own, with kube-controller-manager
+running its garbage collector only, and no scheduler or kwok, so nothing but this test acts for
+the Job), the operator (``deepseek-operator
 run``, a subprocess, admin credentials), the fill Job it writes, its reads of the Job, the pods
 and the claim, its reads of the fill pod's log through the API server's ``pods/log``
 subresource, and the fill itself: the real ``deepseek-operator fill-weights`` process, with the
@@ -17,8 +18,9 @@ the API server's Pod Security admission at the restricted level); its status
 writes as its ``terminationMessagePath``); a new attempt after a failure the Job's
 podFailurePolicy does not make fatal; and the Job's Complete/Failed conditions. The stand-in
 kubelet serves ``/containerLogs`` from the process's stdout, so the API server proxies the log
-to the operator exactly as it would from a node. kube-controller-manager runs here with its garbage
-collector only: the shared Job goes with the last serving that owns it, for real.
+to the operator exactly as it would from a node. The garbage collector is real: the shared Job
+goes with the last serving that owns it. The fill runs as a process here, not in the operator's
+image (that is the kind tier's to prove, not built yet); the claim is never bound.
 """
 
 from __future__ import annotations
