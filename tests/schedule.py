@@ -62,6 +62,7 @@ MEASURED_S: Mapping[str, float] = {
     "tests/integration/test_rack_scale_infra.py": 86,
     "tests/integration/test_admission_parity.py": 69,
     "tests/integration/test_offline_api_inputs.py": 69,
+    "tests/e2e/test_weights_fill.py": 55,
     "tests/e2e/test_security.py": 55,
     "tests/integration/test_accepted_runs.py": 55,
     "tests/e2e/test_dra.py": 49,

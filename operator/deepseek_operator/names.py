@@ -326,3 +326,44 @@ EVENT_WORKLOAD_REFUSED = REASON_WORKLOAD_REFUSED
 """Warning event: the API server refused a child object (its message is in the event)."""
 EVENT_FOREIGN_OBJECT = REASON_FOREIGN_OBJECT
 """Warning event: a child's name is taken by an object the operator does not own."""
+
+# --- the operator-managed weights fill (spec.modelCache.fill, docs/weights.md) ---------------
+
+WEIGHTS_READY = "WeightsReady"
+"""Condition (spec.modelCache.fill only): the checkpoint is in the cache; no vLLM pod before."""
+REASON_WEIGHTS_FILLED = "Filled"
+REASON_WEIGHTS_FILLING = "Filling"
+REASON_WEIGHTS_PENDING = "FillPending"
+REASON_WEIGHTS_RETRYING = "FillRetrying"
+REASON_WEIGHTS_CACHE_TOO_SMALL = "CacheTooSmall"
+REASON_WEIGHTS_CLAIM_MISSING = "ClaimNotFound"
+REASON_WEIGHTS_REVISION_REQUIRED = "RevisionRequired"
+REASON_WEIGHTS_NOT_READY = "WeightsNotReady"
+"""Ready is False (spec.modelCache.fill): no vLLM pod yet, the weights are not in the cache."""
+REASON_WEIGHTS_FAILED = "FillFailed"
+"""WeightsReady is False: the fill Job failed; the message names the cause (exit code)."""
+FILL_COMPONENT = "weights-fill"
+"""``app.kubernetes.io/component`` of a fill Job and its pod."""
+FILL_CONTAINER = "fill"
+"""The fill Job's one container (the name its logs and terminated state are read under)."""
+FILL_JOB_PREFIX = "weights-"
+"""Fill Jobs are named ``weights-<model basename>-<hash of claim, model, revision>``."""
+FILL_USER = 65532
+"""The numeric non-root user and group of the operator image (the Dockerfile's ``deepseek``)."""
+DEFAULT_FILL_IMAGE = f"{PROJECT}:latest"
+"""The image of fill Jobs when the operator's ``run --fill-image`` says none (the chart passes
+the operator's own image)."""
+FILL_EXIT_CODES = {
+    "failed": 1,
+    "bad-input": 2,
+    "token-rejected": 3,
+    "gated": 4,
+    "not-found": 5,
+    "no-space": 6,
+    "checksum": 7,
+    "network": 8,
+    "busy": 9,
+}
+"""``fill-weights`` cause -> exit code: a fill Job's exit code alone names its cause."""
+FILL_FATAL_CAUSES = ("bad-input", "token-rejected", "gated", "not-found", "no-space", "checksum")
+"""Causes a retry does not cure: the fill Job's podFailurePolicy fails the Job at once."""

@@ -10,7 +10,7 @@ operator would do.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,6 +23,7 @@ from deepseek_operator.api.status import (
     GroupStatus,
     RoleStatus,
     RouterStatus,
+    WeightsStatus,
 )
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
@@ -50,6 +51,7 @@ from deepseek_operator.render.router import (
     with_router,
 )
 from deepseek_operator.render.status import build_status, invalid_spec_status, status_dict
+from deepseek_operator.render.weights import WeightsState, with_weights
 from deepseek_operator.render.workload import render_objects
 
 ChildKey = tuple[str, str]
@@ -119,6 +121,11 @@ class Observed:
             groups=(groups or {}).get("", {}),
             role_groups={role: g for role, g in (groups or {}).items() if role},
         )
+
+    @property
+    def weights(self) -> WeightsStatus | None:
+        """The fill's progress last written (its ETA measures the rate from it)."""
+        return self.status.weights if self.status else None
 
     @property
     def conditions(self) -> tuple[Condition, ...]:
@@ -212,6 +219,18 @@ class Plan:
     def status_dict(self) -> dict[str, Any]:
         """The status as the camelCase JSON object written to the API server."""
         return status_dict(self.status)
+
+
+def with_weights_gate(
+    planned: Plan, state: WeightsState, observed: Observed, generation: int, now: str
+) -> Plan:
+    """``planned`` behind ``spec.modelCache.fill``: ``WeightsReady`` and ``status.weights`` in its
+    status and, until the weights are in the cache, its children held (no vLLM pod is created;
+    one already running, from before a fill Job was deleted, is left as it is)."""
+    status = with_weights(
+        planned.status, state, generation=generation, now=now, previous=observed.conditions
+    )
+    return replace(planned, status=status, holds_children=planned.holds_children or not state.ready)
 
 
 def claim_owner(serving: ServingObject) -> ClaimOwner:

@@ -244,6 +244,44 @@ def test_serving_policy_refuses_the_confused_deputy_and_admits_an_authorized_use
         admitted = create_as(cp, user, doc)
         assert admitted.returncode == 0, admitted.stderr
 
+        # spec.modelCache.fill makes the operator create a Job that reads the token Secret and
+        # sends it to the hub: the user must be allowed both (issue 42).
+        filled = copy.deepcopy(doc)
+        filled["spec"]["model"]["revision"] = "0123456789abcdef0123456789abcdef01234567"
+        filled["spec"]["modelCache"]["fill"] = {
+            "tokenSecretRef": {"name": "fill-token", "key": "token"},
+            "endpoint": "https://hub.example.com",
+        }
+        err = create_as(cp, user, filled).stderr
+        assert f"spec.modelCache.fill: {user} may not create jobs.batch" in err, err
+        grant(
+            cp,
+            namespace,
+            user,
+            "jobs",
+            [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}],
+        )
+        err = create_as(cp, user, filled).stderr
+        assert (
+            f"spec.modelCache.fill.tokenSecretRef: {user} may not get Secret fill-token" in err
+        ), err
+        grant(
+            cp,
+            namespace,
+            user,
+            "fill-token",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": ["fill-token"],
+                    "verbs": ["get"],
+                }
+            ],
+        )
+        admitted = create_as(cp, user, filled)
+        assert admitted.returncode == 0, admitted.stderr
+
         # Metadata-only updates are not checked; spec changes are.
         cp.apply(serving(namespace, name="owned"))  # created by the admin
         labelled = cp.kubectl(

@@ -43,6 +43,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The image of spec.modelCache.fill's Jobs: the operator's own (it runs fill-weights). */}}
+{{- define "deepseek-operator.fillImage" -}}
+{{- include "deepseek-operator.image" . -}}
+{{- end -}}
+
 {{/* The vLLM router image the operator runs for a serving without spec.router.image. */}}
 {{- define "deepseek-operator.routerImage" -}}
 {{- if .Values.routerImage.digest -}}
@@ -130,6 +135,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+# spec.modelCache.fill: the shared fill Job is read, created once and patched (each serving adds
+# itself to its ownerReferences); never deleted (the garbage collector does that with its last
+# owner). The fill pod's log is read (tailLines) for its progress: the pod itself gets no API
+# rights. The claim is read for its size (never written).
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get"]
 # The vLLM router of each serving: its ServiceAccount, a Role granting it pods get/list/watch in
 # the serving's namespace (discovery of the engines), the RoleBinding, and the NetworkPolicies
 # fencing the engines (NIXL side channel and HTTP port). No `bind` or `escalate`: the operator

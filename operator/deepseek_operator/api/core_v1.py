@@ -253,6 +253,20 @@ CLAIM_NAME_RULES = validations(
         "subdomain (lower-case alphanumerics, '-' and '.', alphanumeric at both ends)",
     )
 )
+SECRET_NAME_RULES = validations(
+    cel_rule(
+        f"self.matches(r'{DNS_SUBDOMAIN_PATTERN}')",
+        "spec.modelCache.fill.tokenSecretRef.name must be the name of a Secret: a DNS-1123 "
+        "subdomain (lower-case alphanumerics, '-' and '.', alphanumeric at both ends)",
+    )
+)
+MODEL_CACHE_RULES = validations(
+    cel_rule(
+        "!has(self.fill) || (has(self.claimName) && self.claimName != '')",
+        "spec.modelCache.fill needs spec.modelCache.claimName: the ReadWriteMany "
+        "PersistentVolumeClaim the operator fills",
+    )
+)
 MOUNT_PATH_RULES = validations(
     cel_rule(
         f"self != '' && !(self in {cel_str_list(RESERVED_MOUNT_PATHS)})",

@@ -74,6 +74,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.endpoint.url",
         "description": "The one OpenAI-compatible endpoint (the Service <name>-api)",
     },
+    {
+        "name": "Weights",
+        "type": "string",
+        "jsonPath": ".status.weights.progress",
+        "description": "spec.modelCache.fill: the fill's progress (GiB and files done, ETA) or done",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     # A disaggregated serving's backends per role (kubectl get -o wide; empty when aggregated).
     *(

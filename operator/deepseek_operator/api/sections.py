@@ -17,9 +17,11 @@ from pydantic import (
 from deepseek_operator.api.base import ApiModel
 from deepseek_operator.api.core_v1 import (
     CLAIM_NAME_RULES,
+    MODEL_CACHE_RULES,
     MOUNT_PATH_RULES,
     QUANTITY_PATTERN,
     RESOURCES_RULES,
+    SECRET_NAME_RULES,
     Amount,
 )
 from deepseek_operator.api.limits import INT32_MAX, MAX_PARALLEL_SIZE
@@ -155,8 +157,30 @@ class EngineSpec(ApiModel):
     """Arguments appended verbatim after every rendered flag: options of vllm serve (in a supported release's spellings, written in full) and the values of the options before them. They must not repeat a flag rendered from a typed field."""
 
 
+class SecretKeyRef(ApiModel):
+    """One key of a Secret in the serving's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, json_schema_extra=SECRET_NAME_RULES)
+    """Name of the Secret."""
+
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    """Key in the Secret whose value is used."""
+
+
+class ModelCacheFillSpec(ApiModel):
+    """The operator fills the cache volume itself: one fill Job per claim, model and revision."""
+
+    token_secret_ref: SecretKeyRef | None = None
+    """Secret key holding the Hugging Face token, passed to the fill Job only (an env var from a secretKeyRef); unset: no token (public repositories)."""
+
+    endpoint: str | None = Field(default=None, max_length=1024, pattern=r"^https?://[^\s]+$")
+    """HF_ENDPOINT of the fill Job: a hub mirror (https://...); unset: huggingface.co."""
+
+
 class ModelCacheSpec(ApiModel):
     """Where the weights are cached inside the pod."""
+
+    model_config = ConfigDict(json_schema_extra=MODEL_CACHE_RULES)
 
     claim_name: str | None = Field(default=None, max_length=253, json_schema_extra=CLAIM_NAME_RULES)
     """PersistentVolumeClaim to mount; unset uses an emptyDir (weights are downloaded on every start)."""
@@ -169,6 +193,9 @@ class ModelCacheSpec(ApiModel):
     # Empty is allowed: like unset, it leaves the emptyDir without a limit.
     size_limit: str | None = Field(default=None, pattern=f"^$|{QUANTITY_PATTERN}", max_length=32)
     """sizeLimit of the emptyDir used when claimName is unset, e.g. 600Gi."""
+
+    fill: ModelCacheFillSpec | None = None
+    """The operator fills the claim (a ReadWriteMany PVC you provide) with spec.model at spec.model.revision before any vLLM pod starts: one Job per claim, model and revision, shared by every serving that asks for the same; WeightsReady says how far it is. The vLLM pods then mount the claim read-only with HF_HUB_OFFLINE=1. Needs claimName."""
 
 
 class ResourcesSpec(ApiModel):

@@ -214,6 +214,34 @@ class RouterStatus(ApiModel):
     """The router image running (spec.router.image or the operator's default)."""
 
 
+class WeightsStatus(ApiModel):
+    """The fill of the cache volume (spec.modelCache.fill), as its Job's pod last reported it."""
+
+    job: str
+    """The fill Job (in the serving's namespace), shared by every serving of the same claim, model and revision."""
+
+    bytes_done: int = 0
+    """Bytes of the checkpoint on the volume."""
+
+    bytes_total: int = 0
+    """Bytes of the checkpoint (the hub's file list); 0 until the fill has listed it."""
+
+    files_done: int = 0
+    """Files of the checkpoint on the volume."""
+
+    files_total: int = 0
+    """Files of the checkpoint."""
+
+    eta_seconds: int | None = None
+    """Seconds left at the rate measured between the last two reports (unset until the rate is known)."""
+
+    observed_at: str = ""
+    """When the operator last read the progress (RFC 3339): the ETA's rate is measured from it."""
+
+    progress: str = ""
+    """One line for kubectl get: GiB done/total, files done/total, ETA."""
+
+
 class RoleStatus(ApiModel):
     """One role of a disaggregated serving: its decision, replicas and conditions."""
 
@@ -281,8 +309,11 @@ class DeepSeekServingStatus(ApiModel):
     )
     """A disaggregated serving: one entry per role (prefill, decode) with its own decision, replicas and conditions; resolved, decision and capacity above stay unset."""
 
+    weights: WeightsStatus | None = None
+    """spec.modelCache.fill: the fill Job and its progress (the WeightsReady condition says whether it is done)."""
+
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """BackendResolved, Placeable and Ready; ComputeDomain for multi-node NVLink replicas."""
+    """BackendResolved, Placeable and Ready; ComputeDomain for multi-node NVLink replicas; WeightsReady with spec.modelCache.fill."""

@@ -25,6 +25,9 @@ class CheckpointFacts:
     min_vllm: str
     vram_minimum_gb: int | None = None  # the vLLM recipe's vram_minimum_gb (total per replica)
     norm_topk_prob: bool = True  # HF config: the router renormalises its top-k probabilities
+    # What the checkpoint's files take on disk, in GiB (a fill's cache volume must hold it);
+    # None where the project has no measured figure.
+    checkpoint_gib: float | None = None
 
 
 V4_ARCH = "DeepseekV4ForCausalLM"
@@ -100,6 +103,9 @@ CHECKPOINTS: tuple[CheckpointFacts, ...] = (
         # recipe DeepSeek-V4.1-Flash.yaml `vram_minimum_gb: 614` (checkpoint x 1.2): "fits one
         # GB200 NVL4 tray (768 GB) at TP4, or one 8-GPU H200 node".
         vram_minimum_gb=614,
+        # docs/decision-rules.md: about 476 GiB (259.5 of experts, 188.8 of engram tables, 21.9
+        # of scales, the rest dense).
+        checkpoint_gib=476.0,
     ),
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepseek_operator.names import DEFAULT_PEERING, DEFAULT_ROUTER_IMAGE
+from deepseek_operator.names import DEFAULT_FILL_IMAGE, DEFAULT_PEERING, DEFAULT_ROUTER_IMAGE
 
 NAME = "run"
 HELP = "run the operator"
@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--router-image",
         default=DEFAULT_ROUTER_IMAGE,
         help="image of the vLLM router a serving runs when its spec.router.image is unset",
+    )
+    parser.add_argument(
+        "--fill-image",
+        default=DEFAULT_FILL_IMAGE,
+        help="image of the fill Jobs of spec.modelCache.fill: the operator's own image (it runs "
+        "deepseek-operator fill-weights)",
     )
 
 

@@ -12,6 +12,7 @@ from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_KIND,
+    DEFAULT_FILL_IMAGE,
     DEFAULT_ROUTER_IMAGE,
     INFERENCE_POOL_API_VERSION,
     INFERENCE_POOL_KIND,
@@ -42,10 +43,12 @@ class ClusterApiProbe:
         kube: KubeClient,
         compute_domain_enabled: bool,
         router_image: str = DEFAULT_ROUTER_IMAGE,
+        fill_image: str = DEFAULT_FILL_IMAGE,
     ) -> None:
         self.kube = kube
         self.compute_domain_enabled = compute_domain_enabled
         self.router_image = router_image
+        self.fill_image = fill_image
         self._checked_at = -API_RECHECK_S
         self._discovered: dict[str, bool] = {}
         self._established: dict[str, bool] = {}  # CRD name -> Established, from its events
@@ -91,4 +94,5 @@ class ClusterApiProbe:
             compute_domain_enabled=self.compute_domain_enabled,
             inference_pool=served(IP_CRD),
             router_image=self.router_image,
+            fill_image=self.fill_image,
         )

@@ -328,6 +328,45 @@ class KubeClient:
             Priority.URGENT, functools.partial(self._check_owner, namespace, name, uid)
         )
 
+    def _get(self, path: str, query: list[tuple[str, str]] | None = None) -> Any:
+        """GET ``path`` as JSON; None when it is absent (404)."""
+        try:
+            return self._call("GET", path, None, "application/json", query)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise
+
+    async def get(self, path: str, query: list[tuple[str, str]] | None = None) -> Any:
+        """GET ``path`` (JSON), None when absent: the fill's Job, pods and claim."""
+        return await self.queue.run(Priority.URGENT, functools.partial(self._get, path, query))
+
+    def _get_text(self, path: str, query: list[tuple[str, str]]) -> str:
+        metrics.API_REQUESTS.labels("GET").inc()
+        response = self._request("GET", path, None, "application/json", query, 30)
+        data = response.read()
+        if response.status >= 400:
+            raise ApiError(response.status, str(response.reason or ""), data)
+        return bytes(data).decode("utf-8", "replace")
+
+    async def get_text(self, path: str, query: list[tuple[str, str]]) -> str:
+        """GET a text subresource (a pod's log)."""
+        text: str = await self.queue.run(
+            Priority.BACKGROUND, functools.partial(self._get_text, path, query)
+        )
+        return text
+
+    async def write(
+        self, method: str, path: str, body: Any, content_type: str = "application/json"
+    ) -> Any:
+        """POST or PATCH ``body`` to ``path`` (the fill Job: created once, owners added)."""
+        return await self.queue.run(
+            Priority.BACKGROUND,
+            functools.partial(
+                self._call, method, path, body, content_type, [("fieldManager", FIELD_MANAGER)]
+            ),
+        )
+
     def _failed_create(self, namespace: str, uid: str) -> list[str]:
         # The StatefulSet controller reports a refused pod only as a core/v1 Event on the
         # StatefulSet (reason FailedCreate, repeated as a count); its status has no condition.

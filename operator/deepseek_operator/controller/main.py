@@ -84,6 +84,7 @@ def run_operator(args: argparse.Namespace) -> int:
         memo=OperatorState(
             compute_domain_enabled=args.compute_domain,
             router_image=args.router_image,
+            fill_image=args.fill_image,
             namespaces=args.namespace,
             peering=None if args.standalone else args.peering,
             priority=priority,

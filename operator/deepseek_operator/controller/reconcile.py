@@ -11,7 +11,6 @@ A status-only reconcile (asked for by pod events) writes no child: pods never re
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import itertools
 import logging
 import time
@@ -50,6 +49,8 @@ from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGo
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.controller.records import resource_version as _rv
+from deepseek_operator.controller.weights import behind_weights
+from deepseek_operator.controller.weights import utc_now as _now
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import LWS_KIND, role_object_name
@@ -76,8 +77,8 @@ class Outcome:
     # children not written: an object of that name exists and is not ours (ForeignObject words)
     foreign: list[str] = field(default_factory=list)
     retry_after: float | None = None  # seconds; set while a child is refused or in the way
-    # seconds; set while a LeaderWorkerSet misses a StatefulSet, or one of its StatefulSets misses
-    # pods, and no Event says why yet (or just after a write of the LeaderWorkerSet)
+    # seconds; set while a LeaderWorkerSet (or one of its StatefulSets) misses pods and no Event
+    # says why yet (or just after its write), or while spec.modelCache.fill's fill is not done
     recheck_after: float | None = None
     # a child we wrote changed again while our write was on its way (a controller's update
     # overtook the response): its owner needs another look once the watch settles
@@ -86,10 +87,6 @@ class Outcome:
 
 def _uid(body: Mapping[str, Any]) -> str:
     return str((body.get("metadata") or {}).get("uid") or "")
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Reconciler:
@@ -258,6 +255,7 @@ class Reconciler:
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)
         planned = plan(obj, inventory, observed, _now(), apis)
+        planned, recheck = await behind_weights(self.kube, obj, observed, planned, apis, recheck)
         outcome = Outcome(backend=planned.resolution.moe_backend, recheck_after=recheck)
         status = planned.status_dict
         writes = plan_write_actions(

@@ -40,7 +40,7 @@ from deepseek_operator.controller.watches import (
     Watch,
 )
 from deepseek_operator.credentials import Credentials
-from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
+from deepseek_operator.names import DEFAULT_FILL_IMAGE, DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -68,12 +68,13 @@ class OperatorState(NodeEvents):
         priority: int | None = None,
         credentials: Credentials | None = None,
         router_image: str = DEFAULT_ROUTER_IMAGE,
+        fill_image: str = DEFAULT_FILL_IMAGE,
     ) -> None:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
         self.peering = PeeringGate(priority if peering else None)
         self.kube = KubeClient(credentials=credentials)
-        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image)
+        self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image, fill_image)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
         self.reconciler = Reconciler(
             self.kube,

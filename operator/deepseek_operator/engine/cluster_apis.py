@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
+from deepseek_operator.names import DEFAULT_FILL_IMAGE, DEFAULT_ROUTER_IMAGE
 
 
 class ComputeDomainMode(enum.Enum):
@@ -24,13 +24,15 @@ class ComputeDomainMode(enum.Enum):
 @dataclass(frozen=True)
 class ClusterApis:
     """Add-on APIs the cluster serves, the operator's switch for ComputeDomains and the router
-    image it runs when a spec names none (``run``/``render`` ``--router-image``)."""
+    image it runs when a spec names none (``run``/``render`` ``--router-image``), and the image
+    of the weights fill Jobs (``run --fill-image``)."""
 
     leader_worker_set: bool = True  # leaderworkerset.x-k8s.io/v1 LeaderWorkerSet
     compute_domain: bool = True  # resource.nvidia.com/v1beta1 ComputeDomain (NVIDIA DRA driver)
     compute_domain_enabled: bool = True  # the operator may create ComputeDomains
     inference_pool: bool = True  # inference.networking.k8s.io/v1 InferencePool (Gateway API IE)
     router_image: str = DEFAULT_ROUTER_IMAGE  # spec.router.image's default
+    fill_image: str = DEFAULT_FILL_IMAGE  # the image of spec.modelCache.fill's Jobs
 
     def compute_domain_mode(self, needed: bool) -> ComputeDomainMode:
         """The mode for a replica that ``needed`` an IMEX channel (multi-node, in a clique)."""

@@ -96,7 +96,18 @@ def pod_template(
         limits[spec.gpu_resource_name] = gpus
     cache = spec.model_cache
     env = [{"name": "HF_HOME", "value": cache.mount_path}]
-    owned = ("HF_HOME", *OPERATOR_ENV) if res.kv_transfer else ("HF_HOME",)
+    owned: tuple[str, ...] = ("HF_HOME",)
+    if cache.fill is not None:
+        # The operator filled the cache before this pod was created: vLLM reads, never downloads.
+        # The cache is mounted read-only, so transformers' copies of a checkpoint's remote code
+        # (trustRemoteCode; HF_HOME/modules by default) go to the container's own /tmp.
+        env += [
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+            {"name": "HF_MODULES_CACHE", "value": "/tmp/hf-modules"},
+        ]
+        owned += ("HF_HUB_OFFLINE", "HF_MODULES_CACHE")
+    if res.kv_transfer:
+        owned += tuple(OPERATOR_ENV)
     env += [e.manifest() for e in spec.env if e.name not in owned]
     ports = [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}]
     kv_config = None
@@ -114,7 +125,8 @@ def pod_template(
         "resources": {"requests": requests, "limits": limits},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "model-cache", "mountPath": cache.mount_path},
+            {"name": "model-cache", "mountPath": cache.mount_path}
+            | ({"readOnly": True} if cache.fill is not None else {}),
         ],
     }
     if role is None or role.is_head:

@@ -12,6 +12,7 @@ A rerun after an interruption resumes the parts on the volume; a complete cache 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -61,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="seconds between progress lines while a file downloads (default 5)",
     )
+    parser.add_argument(
+        "--termination-log",
+        help="file that gets the failure's one line (a container's terminationMessagePath, "
+        "read by the operator as the pod's terminated message); default: none",
+    )
 
 
 def _emit(event: dict[str, Any]) -> None:
@@ -81,6 +87,16 @@ def _token(path: str | None) -> str | None:
             f"--token-file {path} must hold one token on one line (it is empty or has spaces)",
         )
     return token
+
+
+def _termination_log(path: str | None, line: str) -> None:
+    """Write ``line`` where the kubelet reads a terminated container's message (best effort:
+    the same line is on stderr and stdout)."""
+    if not path:
+        return
+    # The kubelet keeps at most 4096 bytes of it; the line is cut well below that.
+    with contextlib.suppress(OSError):
+        Path(path).write_text(line[:2000] + "\n", encoding="utf-8")
 
 
 def _cache_dir(hf_home: str | None) -> Path:
@@ -127,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
                 "message": error.message,
             }
         )
-        print(f"{PROJECT} {NAME}: {error.cause}: {error.message}", file=sys.stderr)
+        line = f"{error.cause}: {error.message}"
+        print(f"{PROJECT} {NAME}: {line}", file=sys.stderr)
+        _termination_log(args.termination_log, line)
         return error.exit_code
     _emit(done)
     return 0

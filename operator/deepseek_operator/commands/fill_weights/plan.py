@@ -15,22 +15,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from deepseek_operator.names import FILL_EXIT_CODES
+
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
-# cause -> exit code. 1 is an unexpected failure and 2 argparse's usage error; every cause a user
-# can act on has a code of its own, so a Job's exit code alone tells which it was.
-EXIT_CODES: Mapping[str, int] = {
-    "failed": 1,
-    "bad-input": 2,
-    "token-rejected": 3,
-    "gated": 4,
-    "not-found": 5,
-    "no-space": 6,
-    "checksum": 7,
-    "network": 8,
-    "busy": 9,
-}
+# cause -> exit code (names.FILL_EXIT_CODES, which the operator reads a fill Job's exit code
+# with). 1 is an unexpected failure and 2 argparse's usage error; every cause a user can act on
+# has a code of its own, so a Job's exit code alone tells which it was.
+EXIT_CODES: Mapping[str, int] = FILL_EXIT_CODES
 
 
 class FillError(Exception):
