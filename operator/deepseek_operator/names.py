@@ -217,6 +217,19 @@ RESOURCE_CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 """NVIDIA's DRA driver for whole GPUs: the ResourceSlice driver and the DeviceClass name."""
 
+# --- Kueue (sigs.k8s.io/kueue): quota and all-or-nothing admission ----------------------------
+
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+"""The Workload API the operator reads (served by Kueue v0.15 and later)."""
+KUEUE_WORKLOAD_KIND = "Workload"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's label naming the LocalQueue a Deployment or LeaderWorkerSet is admitted through."""
+KUEUE_INSTALL_HINT = (
+    "install Kueue (https://kueue.sigs.k8s.io) with its pod, deployment and "
+    "leaderworkerset.x-k8s.io/leaderworkerset integrations"
+)
+"""How a user gets Kueue, quoted where spec.queueName needs it."""
+
 # --- node labels: GPU Feature Discovery (NVIDIA k8s-device-plugin) ---------------------------
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
