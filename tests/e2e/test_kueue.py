@@ -1,0 +1,158 @@
+"""Kueue admission end to end: the operator, the real Kueue, LWS controllers and scheduler, kwok
+GB200 trays.
+
+A ClusterQueue with 12 nvidia.com/gpu: one DEP8 group (two pods of four GPUs) and half of another.
+Two servings of one such group each, both in its LocalQueue through ``spec.queueName``: the
+first is admitted and runs; the second waits whole (both its pods held by Kueue's scheduling
+gate, none bound to a node, although one pod's four GPUs would fit in the quota left) until the
+first is deleted, and then starts whole.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.k8s.cluster import ControlPlane, unique_name, wait_for
+from tests.k8s.dra import ComputeDomainDriver
+from tests.k8s.kueue import GATE, cluster_queue, local_queue, resource_flavor
+from tests.k8s.operator import OperatorProcess
+from tests.racks import two_racks
+
+pytestmark = pytest.mark.e2e
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+QUEUE = "gpu"
+GROUP_GPUS = 8  # DEP8: two pods of four GPUs
+QUOTA_GPUS = GROUP_GPUS + GROUP_GPUS // 2  # one group and half of another
+
+
+def _serving(name: str, namespace: str) -> dict[str, Any]:
+    """One group of 2 pods (DEP8 as 2 x 4 GPUs) on this test's trays, in LocalQueue ``gpu``."""
+    doc = copy.deepcopy(EXAMPLE)
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"].pop("tolerations", None)
+    doc["spec"]["replicas"] = 1
+    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    doc["spec"]["nodeSelector"] = {"pool": namespace}
+    doc["spec"]["queueName"] = QUEUE
+    return doc
+
+
+@pytest.fixture
+def racks(
+    kueue_cluster: ControlPlane,
+    compute_domain_driver: ComputeDomainDriver,
+    namespace: str,
+    node_factory: Callable[..., list[Any]],
+) -> list[Any]:
+    """This test's trays (pool=<namespace>): room for both servings, so only quota holds one."""
+    nodes = two_racks(unique_name("kq"))
+    for node in nodes:
+        node["metadata"]["labels"]["pool"] = namespace
+    created = node_factory(*nodes)
+    compute_domain_driver.publish(created)
+    return created
+
+
+@pytest.fixture
+def queue(kueue_cluster: ControlPlane, namespace: str) -> Iterator[str]:
+    """A ClusterQueue of :data:`QUOTA_GPUS` GPUs and LocalQueue ``gpu`` in the namespace."""
+    cp = kueue_cluster
+    cq = unique_name("gpus")
+    cp.apply(resource_flavor())
+    cp.apply(cluster_queue(cq, gpus=QUOTA_GPUS))
+    cp.apply(local_queue(QUEUE, namespace, cq))
+    yield cq
+    cp.kubectl("delete", "clusterqueue", cq, "--wait=false", "--ignore-not-found", check=False)
+
+
+def _pods(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cp.kubectl_json(
+        "get", "pods", "-n", namespace, "-l", f"{LWS_NAME_LABEL}={name}"
+    )["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def _running(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]] | None:
+    pods = _pods(cp, namespace, name)
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    return running if len(running) == 2 and len(pods) == 2 else None
+
+
+def _workloads(cp: ControlPlane, namespace: str, owner: str) -> list[dict[str, Any]]:
+    """Kueue's Workloads owned by LeaderWorkerSet ``owner`` (one per group)."""
+    items = cp.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", namespace)["items"]
+    return [
+        w
+        for w in items
+        if any(
+            r.get("kind") == "LeaderWorkerSet" and r.get("name") == owner
+            for r in w["metadata"].get("ownerReferences") or []
+        )
+    ]
+
+
+def _cond(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return dict(next((c for c in conditions if c["type"] == ctype), {}))
+
+
+def _gated(pod: dict[str, Any]) -> bool:
+    return any(g["name"] == GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
+def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
+    kueue_cluster: ControlPlane,
+    operator: OperatorProcess,
+    namespace: str,
+    racks: list[Any],
+    queue: str,
+) -> None:
+    cp = kueue_cluster
+    cp.apply(_serving("first", namespace))
+    first = wait_for(lambda: _running(cp, namespace, "first"), timeout=240, what="first Running")
+    assert all(not _gated(p) for p in first)
+    (wl,) = _workloads(cp, namespace, "first")
+    assert _cond(wl, "Admitted").get("status") == "True", wl.get("status")
+    # One Workload for the whole group: the leader and its worker are its pod sets.
+    assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 2
+
+    cp.apply(_serving("second", namespace))
+
+    def pending() -> dict[str, Any] | None:
+        found = _workloads(cp, namespace, "second")
+        if len(found) != 1:
+            return None
+        reserved = _cond(found[0], "QuotaReserved")
+        return found[0] if reserved.get("status") == "False" else None
+
+    waiting = wait_for(pending, timeout=120, what="second's Workload pending on quota")
+    message = _cond(waiting, "QuotaReserved")["message"]
+    assert "nvidia.com/gpu" in message, message
+    # Kueue has decided: the group does not fit. Half of it would (4 of the 12 GPUs are free),
+    # yet no pod of it is bound; every pod that exists waits behind Kueue's gate.
+    pods = wait_for(
+        lambda: (p := _pods(cp, namespace, "second")) and len(p) == 2 and p,
+        timeout=60,
+        what="second's two pods created",
+    )
+    assert all(_gated(p) and not p["spec"].get("nodeName") for p in pods), [
+        (p["metadata"]["name"], p["spec"].get("schedulingGates"), p["spec"].get("nodeName"))
+        for p in pods
+    ]
+
+    cp.kubectl("delete", "dss", "first", "-n", namespace, "--wait=false")
+    second = wait_for(
+        lambda: _running(cp, namespace, "second"), timeout=240, what="second Running whole"
+    )
+    assert all(not _gated(p) and p["spec"].get("nodeName") for p in second)
+    (wl,) = _workloads(cp, namespace, "second")
+    assert _cond(wl, "Admitted").get("status") == "True", wl.get("status")
