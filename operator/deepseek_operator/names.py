@@ -279,6 +279,8 @@ READY = "Ready"
 """All replicas' pods are ready (summary, positive polarity)."""
 WORKLOAD_APPLIED = "WorkloadApplied"
 """The API server accepted every child object the operator wrote (False carries its refusal)."""
+ADMITTED = "Admitted"
+"""Only with spec.queueName: Kueue admitted every replica's Workload (docs/kueue.md)."""
 
 # --- condition and decision reasons ----------------------------------------------------------
 
@@ -320,6 +322,20 @@ REASON_FOREIGN_OBJECT = "ForeignObjectInTheWay"
 DeepSeekServing's (another controller's, or nobody's); the operator never writes over it."""
 REASON_PODS_REFUSED = "PodsRefused"
 """A child's controller cannot create pods (FailedCreate, e.g. Pod Security admission)."""
+REASON_KUEUE_ADMITTED = "Admitted"
+"""Admitted is True: Kueue admitted every Workload of the serving (or of the role)."""
+REASON_KUEUE_NOT_INSTALLED = "KueueNotInstalled"
+"""Admitted is True: spec.queueName is set but the cluster serves no Kueue; nothing waits."""
+REASON_KUEUE_NO_WORKLOAD = "NoWorkloadYet"
+"""Admitted is False: Kueue has not yet made a Workload for every replica."""
+REASON_KUEUE_PENDING = "Pending"
+"""Admitted is False: a Workload waits for quota (the message is Kueue's)."""
+REASON_KUEUE_QUOTA_RESERVED = "QuotaReserved"
+"""Admitted is False: quota is reserved, Kueue's admission checks are pending."""
+REASON_KUEUE_EVICTED = "Evicted"
+"""Admitted is False: Kueue evicted a Workload (preempted, or its quota shrank)."""
+REASON_WAITING_FOR_QUOTA = "WaitingForQuota"
+"""Ready is False because Kueue has not admitted every replica (see Admitted)."""
 
 
 def failed_reason(check_name: str) -> str:

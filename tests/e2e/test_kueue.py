@@ -5,7 +5,8 @@ A ClusterQueue with 12 nvidia.com/gpu: one DEP8 group (two pods of four GPUs) an
 Two servings of one such group each, both in its LocalQueue through ``spec.queueName``: the
 first is admitted and runs; the second waits whole (both its pods held by Kueue's scheduling
 gate, none bound to a node, although one pod's four GPUs would fit in the quota left) until the
-first is deleted, and then starts whole.
+first is deleted, and then starts whole. The status says why at every step: ``Admitted`` (from
+Kueue's Workloads, with Kueue's message while one waits) and ``Ready`` (``WaitingForQuota``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from tests.k8s.cluster import ControlPlane, unique_name, wait_for
+from tests.k8s.conditions import condition, wait_condition
 from tests.k8s.dra import ComputeDomainDriver
 from tests.k8s.kueue import GATE, cluster_queue, local_queue, resource_flavor
 from tests.k8s.operator import OperatorProcess
@@ -124,6 +126,7 @@ def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
     assert _cond(wl, "Admitted").get("status") == "True", wl.get("status")
     # One Workload for the whole group: the leader and its worker are its pod sets.
     assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 2
+    wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="first")
 
     cp.apply(_serving("second", namespace))
 
@@ -148,6 +151,12 @@ def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
         (p["metadata"]["name"], p["spec"].get("schedulingGates"), p["spec"].get("nodeName"))
         for p in pods
     ]
+    # The serving says it waits for quota, in Kueue's words, not for nodes.
+    obj = wait_condition(cp, namespace, "Admitted", "False", reason="Pending", name="second")
+    assert message in condition(obj, "Admitted")["message"], condition(obj, "Admitted")
+    ready = condition(obj, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForQuota"), ready
+    assert condition(obj, "Placeable")["status"] == "True"  # the nodes are there
 
     cp.kubectl("delete", "dss", "first", "-n", namespace, "--wait=false")
     second = wait_for(
@@ -156,3 +165,4 @@ def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
     assert all(not _gated(p) and p["spec"].get("nodeName") for p in second)
     (wl,) = _workloads(cp, namespace, "second")
     assert _cond(wl, "Admitted").get("status") == "True", wl.get("status")
+    wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="second")

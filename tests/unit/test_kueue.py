@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
+from deepseek_operator.controller.kueue_watch import workload_record
 from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.kueue import WorkloadFacts, admission
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import KUEUE_QUEUE_LABEL
 from deepseek_operator.nodes.facts import build_inventory
@@ -114,3 +116,98 @@ def test_render_says_the_queue_name_needs_kueue(tmp_path: pathlib.Path) -> None:
     # Without a queue name: no info line, and the same objects minus the label.
     plain = _render(SEED, "--nodes", nodes, "-o", "yaml")
     assert plain.returncode == 0 and plain.stderr == ""
+
+
+# --- the Admitted condition, from Kueue's Workloads (pure) ------------------------------------
+
+PENDING = (
+    "couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu "
+    "in flavor default-flavor, 4 more needed"
+)
+
+
+def _workload(
+    name: str, owner_kind: str, owner: str, **conditions: tuple[str, str, str]
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "llm",
+            "ownerReferences": [{"kind": owner_kind, "name": owner, "uid": "u"}],
+        },
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "reason": r, "message": m}
+                for t, (s, r, m) in conditions.items()
+            ]
+        },
+    }
+
+
+def test_workload_owners_name_the_serving_and_role() -> None:
+    lws = workload_record(_workload("w1", "LeaderWorkerSet", "pd-decode"))
+    assert lws is not None and lws.owner == ("llm", "pd") and lws.facts.role == "decode"
+    pod = workload_record(_workload("w2", "Pod", "dsv41-7d9f8b6c5d-x2x4q"))
+    assert pod is not None and pod.owner == ("llm", "dsv41") and pod.facts.role == ""
+    assert workload_record(_workload("w3", "Job", "train")) is None
+    assert workload_record(_workload("w4", "Pod", "bare")) is None
+
+
+def test_pending_workload_says_kueues_message_and_ready_waits_for_quota() -> None:
+    record = workload_record(
+        _workload(
+            "w1",
+            "LeaderWorkerSet",
+            "dsv41",
+            QuotaReserved=("False", "Pending", PENDING),
+            Admitted=("False", "NoReservation", "The workload has no reservation"),
+        )
+    )
+    assert record is not None
+    verdict = admission("gpu", True, [record.facts], replicas=1)
+    assert verdict is not None and not verdict.ok
+    assert verdict.reason == "Pending"
+    assert PENDING in verdict.message and "0/1 replicas admitted" in verdict.message
+    obj = ServingObject(name="dsv41", namespace="llm", spec=spec(queueName="gpu"))
+    observed = Observed(workloads={"": (record.facts,)})
+    p = plan(obj, gb200_pool(), observed, NOW)
+    conds = {c.type: c for c in p.status.conditions}
+    assert conds["Admitted"].status == "False" and conds["Admitted"].reason == "Pending"
+    assert conds["Ready"].reason == "WaitingForQuota", conds["Ready"]
+    assert PENDING in conds["Ready"].message
+
+
+def test_admitted_evicted_missing_and_no_kueue() -> None:
+    ok = WorkloadFacts("w1", admitted=True, quota_reserved=True)
+    verdict = admission("gpu", True, [ok], replicas=1)
+    assert verdict is not None and verdict.ok and verdict.reason == "Admitted"
+    evicted = WorkloadFacts("w2", quota_reserved=False, evicted="Preempted: by a higher priority")
+    verdict = admission("gpu", True, [ok, evicted], replicas=2)
+    assert verdict is not None and verdict.reason == "Evicted" and "Preempted" in verdict.message
+    verdict = admission("gpu", True, [ok], replicas=2)
+    assert verdict is not None and verdict.reason == "NoWorkloadYet"
+    verdict = admission("gpu", False, [], replicas=2)
+    assert verdict is not None and verdict.ok and verdict.reason == "KueueNotInstalled"
+    assert admission(None, True, [ok], replicas=1) is None
+
+
+def test_no_queue_name_no_admitted_condition_and_offline_none_either() -> None:
+    obj = ServingObject(name="dsv41", namespace="llm", spec=spec())
+    p = plan(obj, gb200_pool(), Observed(), NOW)
+    assert "Admitted" not in {c.type for c in p.status.conditions}
+    queued = ServingObject(name="dsv41", namespace="llm", spec=spec(queueName="gpu"))
+    p = plan(queued, gb200_pool(), Observed.offline(), NOW)
+    assert "Admitted" not in {c.type for c in p.status.conditions}
+
+
+def test_a_pair_names_the_role_that_waits() -> None:
+    raw = yaml.safe_load(PAIR.read_text())
+    raw["spec"]["queueName"] = "gpu-team"
+    waiting = WorkloadFacts("wd", role="decode", pending=PENDING)
+    admitted = WorkloadFacts("wp", role="prefill", admitted=True, quota_reserved=True)
+    observed = Observed(workloads={"decode": (waiting,), "prefill": (admitted,)})
+    p = plan(parse_serving(raw), _nodes(), observed, NOW)
+    cond = next(c for c in p.status.conditions if c.type == "Admitted")
+    assert cond.status == "False" and cond.reason == "Pending"
+    assert "prefill: 1/1 replicas admitted" in cond.message
+    assert "decode: 0/1 replicas admitted" in cond.message and PENDING in cond.message

@@ -115,6 +115,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["inference.networking.k8s.io"]
   resources: ["inferencepools"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Read-only: Kueue's Workloads (one per replica of a serving with spec.queueName), for the
+# Admitted condition. Never written: Kueue makes and admits them.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch"]
 # The StatefulSets LeaderWorkerSet makes (read only): a refused pod shows only there.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]

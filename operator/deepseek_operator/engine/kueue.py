@@ -10,6 +10,10 @@ inert: nothing waits. docs/kueue.md tells the whole story.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from deepseek_operator import names as N
 from deepseek_operator.api.spec import DeepSeekServingSpec
 from deepseek_operator.names import KUEUE_API_VERSION, KUEUE_INSTALL_HINT, KUEUE_QUEUE_LABEL
 
@@ -38,3 +42,81 @@ def queue_note(spec: DeepSeekServingSpec, served: bool | None) -> str | None:
         f"spec.queueName {name!r} needs Kueue, which this cluster does not serve (no "
         f"{KUEUE_API_VERSION}): the label {label} has no effect; {KUEUE_INSTALL_HINT}"
     )
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What the operator keeps of one Kueue Workload of a serving (one replica, or one
+    LeaderWorkerSet group): the controller reads them from Kueue's Workload objects."""
+
+    name: str
+    role: str = ""  # the disaggregated role whose workload owns it ("" for an aggregated one)
+    admitted: bool = False  # condition Admitted=True
+    quota_reserved: bool = False  # condition QuotaReserved=True
+    pending: str = ""  # Kueue's QuotaReserved=False message: why it waits
+    evicted: str = ""  # "<reason>: <message>" of Evicted=True (preempted, quota shrank, ...)
+    finished: bool = False  # condition Finished=True (its pods ended; not counted)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The Admitted condition of a serving (or of one role): True when nothing waits."""
+
+    ok: bool
+    reason: str
+    message: str
+
+
+def admission(
+    queue_name: str | None,
+    kueue_served: bool,
+    workloads: Sequence[WorkloadFacts],
+    replicas: int,
+) -> Admission | None:
+    """The Admitted condition from Kueue's Workloads of one workload (the serving's or a
+    role's), or None when ``spec.queueName`` is unset (no condition at all).
+
+    ``replicas``: the replicas the workload asks for; Kueue makes one Workload for each, so
+    fewer Workloads than replicas means Kueue has not seen them all yet.
+    """
+    if not queue_name:
+        return None
+    if not kueue_served:
+        return Admission(
+            True,
+            N.REASON_KUEUE_NOT_INSTALLED,
+            f"spec.queueName {queue_name!r} has no effect: the cluster serves no "
+            f"{KUEUE_API_VERSION} Workload, so nothing waits for quota; {KUEUE_INSTALL_HINT}",
+        )
+    live = sorted((w for w in workloads if not w.finished), key=lambda w: w.name)
+    admitted = sum(1 for w in live if w.admitted)
+    counted = f"{admitted}/{replicas} replicas admitted through LocalQueue {queue_name!r}"
+    evicted = [w for w in live if w.evicted and not w.admitted]
+    if evicted:
+        w = evicted[0]
+        return Admission(
+            False,
+            N.REASON_KUEUE_EVICTED,
+            f"{counted}; Kueue evicted Workload {w.name}: {w.evicted} (its pods are removed "
+            "and it starts again whole once readmitted)",
+        )
+    waiting = [w for w in live if not w.admitted]
+    if waiting:
+        w = waiting[0]
+        if w.quota_reserved:
+            return Admission(
+                False,
+                N.REASON_KUEUE_QUOTA_RESERVED,
+                f"{counted}; Workload {w.name} has quota reserved, its admission checks pending",
+            )
+        why = w.pending or "waiting for Kueue to reserve quota"
+        return Admission(
+            False, N.REASON_KUEUE_PENDING, f"{counted}; Workload {w.name} waits: {why}"
+        )
+    if admitted < replicas:
+        return Admission(
+            False,
+            N.REASON_KUEUE_NO_WORKLOAD,
+            f"{counted}; Kueue has not made a Workload for every replica yet",
+        )
+    return Admission(True, N.REASON_KUEUE_ADMITTED, counted)
