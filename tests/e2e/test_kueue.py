@@ -30,6 +30,14 @@ pytestmark = pytest.mark.e2e
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())
+PAIR = yaml.safe_load((REPO / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
+ROLE_LABEL = "serving.deepseek-operator.io/pd-role"
+DEP8 = {
+    "tensorParallelSize": 1,
+    "dataParallelSize": 8,
+    "dataParallelSizeLocal": 4,
+    "expertParallel": True,
+}
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 QUEUE = "gpu"
 GROUP_GPUS = 8  # DEP8: two pods of four GPUs
@@ -45,6 +53,19 @@ def _serving(name: str, namespace: str) -> dict[str, Any]:
     doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     doc["spec"]["nodeSelector"] = {"pool": namespace}
     doc["spec"]["queueName"] = QUEUE
+    return doc
+
+
+def _pair(name: str, namespace: str) -> dict[str, Any]:
+    """A prefill/decode pair, each role one DEP8 group (2 x 4 GPUs), in LocalQueue ``gpu``."""
+    doc = copy.deepcopy(PAIR)
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"].pop("tolerations", None)
+    doc["spec"]["nodeSelector"] = {"pool": namespace}
+    doc["spec"]["queueName"] = QUEUE
+    for role in doc["spec"]["disaggregation"]["roles"]:
+        role["parallelism"] = dict(DEP8)
+        role["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     return doc
 
 
@@ -65,15 +86,23 @@ def racks(
 
 
 @pytest.fixture
-def queue(kueue_cluster: ControlPlane, namespace: str) -> Iterator[str]:
-    """A ClusterQueue of :data:`QUOTA_GPUS` GPUs and LocalQueue ``gpu`` in the namespace."""
+def make_queue(kueue_cluster: ControlPlane, namespace: str) -> Iterator[Callable[[int], str]]:
+    """``make_queue(gpus)``: a ClusterQueue of ``gpus`` GPUs and LocalQueue ``gpu`` in the
+    namespace; the ClusterQueue is deleted after the test."""
     cp = kueue_cluster
-    cq = unique_name("gpus")
-    cp.apply(resource_flavor())
-    cp.apply(cluster_queue(cq, gpus=QUOTA_GPUS))
-    cp.apply(local_queue(QUEUE, namespace, cq))
-    yield cq
-    cp.kubectl("delete", "clusterqueue", cq, "--wait=false", "--ignore-not-found", check=False)
+    made: list[str] = []
+
+    def make(gpus: int) -> str:
+        cq = unique_name("gpus")
+        cp.apply(resource_flavor())
+        cp.apply(cluster_queue(cq, gpus=gpus))
+        cp.apply(local_queue(QUEUE, namespace, cq))
+        made.append(cq)
+        return cq
+
+    yield make
+    for cq in made:
+        cp.kubectl("delete", "clusterqueue", cq, "--wait=false", "--ignore-not-found", check=False)
 
 
 def _pods(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -116,9 +145,10 @@ def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
     operator: OperatorProcess,
     namespace: str,
     racks: list[Any],
-    queue: str,
+    make_queue: Callable[[int], str],
 ) -> None:
     cp = kueue_cluster
+    make_queue(QUOTA_GPUS)
     cp.apply(_serving("first", namespace))
     first = wait_for(lambda: _running(cp, namespace, "first"), timeout=240, what="first Running")
     assert all(not _gated(p) for p in first)
@@ -166,3 +196,59 @@ def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
     (wl,) = _workloads(cp, namespace, "second")
     assert _cond(wl, "Admitted").get("status") == "True", wl.get("status")
     wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="second")
+
+
+def _pair_pods(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cp.kubectl_json(
+        "get", "pods", "-n", namespace, "-l", f"{ROLE_LABEL},app.kubernetes.io/instance={name}"
+    )["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def _pair_running(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]] | None:
+    pods = _pair_pods(cp, namespace, name)
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    return running if len(running) == 4 and len(pods) == 4 else None
+
+
+def test_a_second_pair_waits_with_both_roles_named_and_starts_when_freed(
+    kueue_cluster: ControlPlane,
+    operator: OperatorProcess,
+    namespace: str,
+    racks: list[Any],
+    make_queue: Callable[[int], str],
+) -> None:
+    """Quota for one pair (two groups of 8 GPUs): the second pair's roles both wait, each group
+    whole, with per-role Admitted; it runs once the first pair is deleted."""
+    cp = kueue_cluster
+    make_queue(2 * GROUP_GPUS)
+    cp.apply(_pair("one", namespace))
+    wait_for(lambda: _pair_running(cp, namespace, "one"), timeout=240, what="pair one Running")
+    obj = wait_condition(cp, namespace, "Admitted", "True", name="one")
+    assert {r["role"] for r in obj["status"]["roles"]} == {"prefill", "decode"}
+
+    cp.apply(_pair("two", namespace))
+    obj = wait_condition(
+        cp,
+        namespace,
+        "Admitted",
+        "False",
+        reason="Pending",
+        name="two",
+        check=lambda o: all(
+            condition({"status": r}, "Admitted").get("reason") == "Pending"
+            for r in o["status"]["roles"]
+        ),
+        timeout=120,
+    )
+    message = condition(obj, "Admitted")["message"]
+    assert "prefill: 0/1 replicas admitted" in message and "decode: 0/1" in message, message
+    assert condition(obj, "Ready")["reason"] == "WaitingForQuota"
+    pods = _pair_pods(cp, namespace, "two")
+    assert pods and all(_gated(p) and not p["spec"].get("nodeName") for p in pods), [
+        (p["metadata"]["name"], p["spec"].get("nodeName")) for p in pods
+    ]
+
+    cp.kubectl("delete", "dss", "one", "-n", namespace, "--wait=false")
+    wait_for(lambda: _pair_running(cp, namespace, "two"), timeout=240, what="pair two Running")
+    wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="two")
