@@ -30,6 +30,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())
+SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
 PAIR = yaml.safe_load((REPO / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
 ROLE_LABEL = "serving.deepseek-operator.io/pd-role"
 DEP8 = {
@@ -252,3 +253,50 @@ def test_a_second_pair_waits_with_both_roles_named_and_starts_when_freed(
     cp.kubectl("delete", "dss", "one", "-n", namespace, "--wait=false")
     wait_for(lambda: _pair_running(cp, namespace, "two"), timeout=240, what="pair two Running")
     wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="two")
+
+
+def test_single_pod_replicas_are_admitted_one_by_one(
+    kueue_cluster: ControlPlane,
+    operator: OperatorProcess,
+    namespace: str,
+    racks: list[Any],
+    make_queue: Callable[[int], str],
+) -> None:
+    """A Deployment's pods are one Workload each (Kueue's pod integration): with quota for one
+    of two TP4 replicas, one runs and the other waits behind the gate, and the status counts."""
+    cp = kueue_cluster
+    make_queue(4)
+    doc = copy.deepcopy(SEED)
+    doc["metadata"] = {"name": "single", "namespace": namespace}
+    doc["spec"].pop("tolerations", None)
+    doc["spec"].update(
+        replicas=2,
+        resources={"requests": {"cpu": "1", "memory": "1Gi"}},
+        nodeSelector={"pool": namespace},
+        queueName=QUEUE,
+    )
+    cp.apply(doc)
+    selector = "app.kubernetes.io/instance=single"
+
+    def one_running_one_gated() -> list[dict[str, Any]] | None:
+        pods = cp.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        gated = [p for p in pods if _gated(p) and not p["spec"].get("nodeName")]
+        return pods if len(pods) == 2 and len(running) == 1 and len(gated) == 1 else None
+
+    wait_for(one_running_one_gated, timeout=240, what="one replica Running, one gated")
+    obj = wait_condition(
+        cp,
+        namespace,
+        "Admitted",
+        "False",
+        reason="Pending",
+        name="single",
+        check=lambda o: (
+            "1/2 replicas admitted" in condition(o, "Admitted").get("message", "")
+            and condition(o, "Ready").get("message", "").startswith("1/2")
+        ),
+    )
+    assert "nvidia.com/gpu" in condition(obj, "Admitted")["message"]
+    ready = condition(obj, "Ready")
+    assert ready["reason"] == "WaitingForQuota" and ready["message"].startswith("1/2"), ready
