@@ -224,6 +224,8 @@ KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 KUEUE_WORKLOAD_KIND = "Workload"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """Kueue's label naming the LocalQueue a Deployment or LeaderWorkerSet is admitted through."""
+KUEUE_PAIR_CHECK_CONTROLLER = "serving.deepseek-operator.io/pd-pair"
+"""The controllerName of the Kueue AdmissionCheck the operator serves: a P/D pair admitted whole."""
 KUEUE_INSTALL_HINT = (
     "install Kueue (https://kueue.sigs.k8s.io) with its pod, deployment and "
     "leaderworkerset.x-k8s.io/leaderworkerset integrations"

@@ -12,6 +12,7 @@ Kueue's Workloads, with Kueue's message while one waits) and ``Ready`` (``Waitin
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,7 +23,7 @@ import yaml
 from tests.k8s.cluster import ControlPlane, unique_name, wait_for
 from tests.k8s.conditions import condition, wait_condition
 from tests.k8s.dra import ComputeDomainDriver
-from tests.k8s.kueue import GATE, cluster_queue, local_queue, resource_flavor
+from tests.k8s.kueue import GATE, admission_check, cluster_queue, local_queue, resource_flavor
 from tests.k8s.operator import OperatorProcess
 from tests.racks import two_racks
 
@@ -300,3 +301,70 @@ def test_single_pod_replicas_are_admitted_one_by_one(
     assert "nvidia.com/gpu" in condition(obj, "Admitted")["message"]
     ready = condition(obj, "Ready")
     assert ready["reason"] == "WaitingForQuota" and ready["message"].startswith("1/2"), ready
+
+
+def test_the_operators_admission_check_admits_a_pair_whole(
+    kueue_cluster: ControlPlane,
+    operator: OperatorProcess,
+    namespace: str,
+    racks: list[Any],
+    make_queue: Callable[[int], str],
+) -> None:
+    """Quota for one pair and one more group, behind the operator's AdmissionCheck: the second
+    pair gets quota for one role only, which Kueue reserves but does not admit (the check stays
+    Pending), so no pod of either role starts; freed, both roles are admitted together."""
+    cp = kueue_cluster
+    check = unique_name("pd-pair")
+    cp.apply(admission_check(check))
+    cq = make_queue(3 * GROUP_GPUS)
+    cp.kubectl(
+        "patch", "clusterqueue", cq, "--type=merge",
+        "-p", json.dumps({"spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": check}]}}}),
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: (
+                _cond(cp.kubectl_json("get", "admissionchecks", check), "Active").get("status")
+                == "True"
+            ),
+            timeout=60,
+            what="the operator marks its AdmissionCheck Active",
+        )
+        cp.apply(_pair("one", namespace))
+        wait_for(lambda: _pair_running(cp, namespace, "one"), timeout=240, what="pair one Running")
+
+        cp.apply(_pair("two", namespace))
+
+        def one_role_reserved() -> dict[str, dict[str, Any]] | None:
+            found = {r: _workloads(cp, namespace, f"two-{r}") for r in ("prefill", "decode")}
+            if any(len(w) != 1 for w in found.values()):
+                return None
+            by_role = {r: w[0] for r, w in found.items()}
+            reserved = [
+                r for r, w in by_role.items() if _cond(w, "QuotaReserved").get("status") == "True"
+            ]
+            return by_role if len(reserved) == 1 else None
+
+        by_role = wait_for(one_role_reserved, timeout=120, what="one role of pair two reserved")
+        for role, wl in by_role.items():
+            assert _cond(wl, "Admitted").get("status") != "True", (role, wl["status"])
+        pods = _pair_pods(cp, namespace, "two")
+        assert pods and all(_gated(p) and not p["spec"].get("nodeName") for p in pods), [
+            (p["metadata"]["name"], p["spec"].get("nodeName")) for p in pods
+        ]
+        obj = wait_condition(cp, namespace, "Admitted", "False", name="two")
+        reasons = {
+            r["role"]: condition({"status": r}, "Admitted").get("reason")
+            for r in obj["status"]["roles"]
+        }
+        assert sorted(reasons.values()) == ["Pending", "QuotaReserved"], reasons
+
+        cp.kubectl("delete", "dss", "one", "-n", namespace, "--wait=false")
+        wait_for(lambda: _pair_running(cp, namespace, "two"), timeout=240, what="pair two Running")
+        wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="two")
+        for role in ("prefill", "decode"):
+            (wl,) = _workloads(cp, namespace, f"two-{role}")
+            states = {c["name"]: c["state"] for c in wl["status"]["admissionChecks"]}
+            assert states == {check: "Ready"}, states
+    finally:
+        cp.kubectl("delete", "admissioncheck", check, "--wait=false", check=False)

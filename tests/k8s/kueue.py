@@ -270,6 +270,16 @@ def cluster_queue(name: str, *, gpus: int, flavor: str = "default-flavor") -> di
     }
 
 
+def admission_check(name: str) -> dict[str, Any]:
+    """An AdmissionCheck served by the operator (a P/D pair admitted whole)."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": name},
+        "spec": {"controllerName": "serving.deepseek-operator.io/pd-pair"},
+    }
+
+
 def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str, Any]:
     """A LocalQueue in ``namespace`` pointing at a ClusterQueue."""
     return {

@@ -15,8 +15,9 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller.kueue_watch import workload_record
+from deepseek_operator.controller.pair_admission import admission_check_record
 from deepseek_operator.engine.decision import resolve
-from deepseek_operator.engine.kueue import WorkloadFacts, admission
+from deepseek_operator.engine.kueue import WorkloadFacts, admission, pair_check_updates
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import KUEUE_QUEUE_LABEL
 from deepseek_operator.nodes.facts import build_inventory
@@ -211,3 +212,57 @@ def test_a_pair_names_the_role_that_waits() -> None:
     assert cond.status == "False" and cond.reason == "Pending"
     assert "prefill: 1/1 replicas admitted" in cond.message
     assert "decode: 0/1 replicas admitted" in cond.message and PENDING in cond.message
+
+
+# --- the operator's admission check: a pair admitted whole (pure) -----------------------------
+
+CHECK = "pd-pair"
+
+
+def _facts(name: str, role: str, *, reserved: bool, state: str = "Pending") -> WorkloadFacts:
+    return WorkloadFacts(name, role=role, quota_reserved=reserved, checks=((CHECK, state),))
+
+
+def test_a_pair_turns_ready_only_when_every_workload_of_both_roles_has_quota() -> None:
+    wanted = {"prefill": 1, "decode": 2}
+    half = {
+        "prefill": [_facts("p0", "prefill", reserved=True)],
+        "decode": [_facts("d0", "decode", reserved=True), _facts("d1", "decode", reserved=False)],
+    }
+    assert pair_check_updates(half, wanted, frozenset({CHECK})) == []
+    missing = {"prefill": [_facts("p0", "prefill", reserved=True)]}
+    assert pair_check_updates(missing, wanted, frozenset({CHECK})) == []
+    whole = {
+        "prefill": [_facts("p0", "prefill", reserved=True)],
+        "decode": [_facts("d0", "decode", reserved=True), _facts("d1", "decode", reserved=True)],
+    }
+    updates = pair_check_updates(whole, wanted, frozenset({CHECK}))
+    assert {(u.workload, u.check, u.state) for u in updates} == {
+        ("p0", CHECK, "Ready"),
+        ("d0", CHECK, "Ready"),
+        ("d1", CHECK, "Ready"),
+    }
+    # Someone else's check is never touched, and a Ready one is not written again.
+    assert pair_check_updates(whole, wanted, frozenset({"other"})) == []
+    done = {r: [_facts(f"{r}0", r, reserved=True, state="Ready")] for r in ("prefill", "decode")}
+    assert pair_check_updates(done, {"prefill": 1, "decode": 1}, frozenset({CHECK})) == []
+
+
+def test_an_aggregated_serving_passes_the_check_per_workload() -> None:
+    workloads = {"": [_facts("a", "", reserved=True), _facts("b", "", reserved=False)]}
+    updates = pair_check_updates(workloads, {"": 2}, frozenset({CHECK}))
+    assert [(u.workload, u.state) for u in updates] == [("a", "Ready")]
+
+
+def test_admission_check_records_keep_only_the_operators() -> None:
+    ours = {
+        "metadata": {"name": "pd-pair"},
+        "spec": {"controllerName": "serving.deepseek-operator.io/pd-pair"},
+    }
+    assert admission_check_record(ours) == ("pd-pair", False)
+    active = {**ours, "status": {"conditions": [{"type": "Active", "status": "True"}]}}
+    assert admission_check_record(active) == ("pd-pair", True)
+    other = {"metadata": {"name": "prov"}, "spec": {"controllerName": "kueue.x-k8s.io/prov"}}
+    assert admission_check_record(other) is None
+    record = workload_record(_workload("w", "LeaderWorkerSet", "pd-prefill"))
+    assert record is not None and record.facts.checks == ()

@@ -7,7 +7,8 @@ named after the serving (``<serving>`` or ``<serving>-<role>``), or a pod named 
 ReplicaSet (``<deployment>-<pod-template-hash>-<suffix>``) of such a Deployment. Serving names
 never end in a role's suffix (admission refuses it), so the name alone tells serving and role.
 
-Only what the Admitted condition needs is kept (name, role, Kueue's conditions in a few words);
+Only what the Admitted condition and the pair's admission check need is kept (name, role, Kueue's
+conditions in a few words, the admission checks' states);
 a change asks for a *status* reconcile of the serving, as pod events do: admission never
 rewrites the workload.
 """
@@ -87,6 +88,11 @@ def workload_record(workload: Mapping[str, Any]) -> WorkloadRecord | None:
                 else ""
             ),
             finished=_condition(status, "Finished").get("status") == "True",
+            checks=tuple(
+                (str(c.get("name")), str(c.get("state")))
+                for c in status.get("admissionChecks") or []
+                if isinstance(c, Mapping)
+            ),
         ),
     )
 

@@ -29,6 +29,7 @@ from deepseek_operator.controller.kueue_watch import Workloads
 from deepseek_operator.controller.list_watch import ListWatch, WatchLoop
 from deepseek_operator.controller.node_events import NodeEvents
 from deepseek_operator.controller.node_tracker import NodeTracker
+from deepseek_operator.controller.pair_admission import PairAdmission
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.pod_watch import PodGroups, pod_key
 from deepseek_operator.controller.queue import ReconcileQueue
@@ -97,6 +98,7 @@ class OperatorState(NodeEvents):
         )
         self.pods = PodGroups()
         self.workloads = Workloads()  # Kueue's, of servings with spec.queueName
+        self.pair = PairAdmission(self.kube, self.workloads.of, self.stores.live_children)
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
         # in it, or posting their Events would fail.
@@ -175,6 +177,8 @@ class OperatorState(NodeEvents):
             return functools.partial(self.slices_seen, name), self.slice_seen
         if spec.asks is Asks.CLAIMS:  # ResourceClaims: which DRA devices are no longer free
             return functools.partial(self.claims_seen, name), self.claim_seen
+        if spec.asks is Asks.CHECKS:  # Kueue AdmissionChecks the operator serves
+            return self.pair.checks_listed, self.pair.check_seen
         if spec.asks in (Asks.OWNER_STATUS, Asks.ADMISSION):  # pods; Kueue's Workloads
             store = self.pods if spec.asks is Asks.OWNER_STATUS else self.workloads
             return (
@@ -218,7 +222,9 @@ class OperatorState(NodeEvents):
                 watch.poke()
 
     def pods_changed(self, owners: set[ServingKey]) -> None:
-        """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
+        """Refresh the status of the DeepSeekServings whose group pods (or Kueue Workloads)
+        changed (status only), and their pair's admission check."""
+        self.pair.owners_changed(owners)
         for owner in owners:
             if self.records.live_uid(owner) is not None:
                 self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)

@@ -24,7 +24,9 @@ What an event asks for (:class:`Asks`):
 * ``OWNER_STATUS``: a pod of our LeaderWorkerSet asks for a status-only reconcile of its owner
   (``status.groups``), which never writes a child.
 * ``ADMISSION``: a Kueue Workload of one of our workloads (``spec.queueName``) asks for a
-  status-only reconcile of its serving (the ``Admitted`` condition); others are dropped.
+  status-only reconcile of its serving (the ``Admitted`` condition) and, where the operator's
+  admission check guards it, the check states of the pair (:mod:`.pair_admission`).
+* ``CHECKS``: Kueue AdmissionChecks whose controller is the operator: remembered, marked Active.
 * ``SELF``: a DeepSeekServing event reconciles it when it is new, has a new generation, or is
   first seen at start-up (never for a status echo or a metadata-only change).
 * ``ALL``: an add-on CRD installed, established or removed re-decides every DeepSeekServing.
@@ -44,6 +46,7 @@ from deepseek_operator.controller.kube import group_version_prefix
 from deepseek_operator.controller.kueue_watch import workload_record
 from deepseek_operator.controller.node_tracker import slice_of
 from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.pair_admission import admission_check_record
 from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_record
 from deepseek_operator.names import (
     API_VERSION,
@@ -64,6 +67,7 @@ from deepseek_operator.names import (
 from deepseek_operator.nodes.claims import claim_of
 
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+KUEUE_CHECK_CRD = "admissionchecks.kueue.x-k8s.io"
 # Debounces: a burst of events costs one reconcile per object.
 NODE_DEBOUNCE_S = 1.0
 POD_DEBOUNCE_S = 1.0
@@ -78,6 +82,7 @@ class Asks(enum.Enum):
     OWNER = "its owner (by label), after 0.2 s"
     OWNER_STATUS = "a status-only reconcile of its owner, after 1 s"
     ADMISSION = "a status-only reconcile of the serving it admits, after 1 s"
+    CHECKS = "no reconcile: the operator's AdmissionChecks are remembered and marked Active"
     SELF = "the object itself, at once (new, new generation, start-up)"
     ALL = "every DeepSeekServing, after 1 s"
     NOTHING = "no reconcile"
@@ -170,6 +175,15 @@ WATCHES: tuple[Watch, ...] = (
         workload_record,
         Asks.ADMISSION,
         crd=KUEUE_CRD,
+    ),
+    Watch(
+        "AdmissionCheck",
+        KUEUE_API_VERSION,
+        "admissionchecks",
+        admission_check_record,
+        Asks.CHECKS,
+        namespaced=False,
+        crd=KUEUE_CHECK_CRD,
     ),
     # Only with --peering: kopf's peering objects say whether this instance may act.
     Watch(

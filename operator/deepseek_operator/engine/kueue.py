@@ -10,7 +10,7 @@ inert: nothing waits. docs/kueue.md tells the whole story.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from deepseek_operator import names as N
@@ -56,6 +56,7 @@ class WorkloadFacts:
     pending: str = ""  # Kueue's QuotaReserved=False message: why it waits
     evicted: str = ""  # "<reason>: <message>" of Evicted=True (preempted, quota shrank, ...)
     finished: bool = False  # condition Finished=True (its pods ended; not counted)
+    checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
 
 
 @dataclass(frozen=True)
@@ -120,3 +121,50 @@ def admission(
             f"{counted}; Kueue has not made a Workload for every replica yet",
         )
     return Admission(True, N.REASON_KUEUE_ADMITTED, counted)
+
+
+@dataclass(frozen=True)
+class CheckUpdate:
+    """One admission check state to write on one Workload."""
+
+    workload: str
+    check: str
+    state: str
+    message: str
+
+
+PAIR_READY = "every Workload of both roles has quota reserved: the pair is admitted together"
+
+
+def pair_check_updates(
+    workloads: Mapping[str, Sequence[WorkloadFacts]],
+    wanted: Mapping[str, int],
+    ours: frozenset[str],
+) -> list[CheckUpdate]:
+    """The states of the operator's admission checks (``ours``: their names) to write on one
+    serving's Workloads (by role; ``wanted``: the replicas each role's workload asks for).
+
+    A prefill/decode pair: every check turns Ready together, once every role has all its
+    Workloads with quota reserved; until then Kueue keeps them Pending and no pod of either role
+    is ungated. An aggregated serving (one role, ``""``) has no peer: a Workload's check turns
+    Ready as soon as its quota is reserved. A Ready check is never taken back (Kueue would evict).
+    """
+    live = {role: [w for w in ws if not w.finished] for role, ws in workloads.items()}
+
+    def reserved(ws: Sequence[WorkloadFacts]) -> bool:
+        return all(w.quota_reserved or w.admitted for w in ws)
+
+    pair = set(wanted) - {""}
+    whole = bool(pair) and all(
+        len(live.get(role, [])) >= n and reserved(live.get(role, [])) for role, n in wanted.items()
+    )
+    out = []
+    for ws in live.values():
+        for w in ws:
+            ready = whole if pair else reserved([w])
+            out += [
+                CheckUpdate(w.name, check, "Ready", PAIR_READY if pair else "quota reserved")
+                for check, state in w.checks
+                if check in ours and state != "Ready" and ready
+            ]
+    return out
