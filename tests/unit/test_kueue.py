@@ -3,6 +3,7 @@ needs Kueue (pure parts; the e2e with the real Kueue is tests/e2e/test_kueue.py)
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import pathlib
@@ -15,7 +16,7 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller.kueue_watch import workload_record
-from deepseek_operator.controller.pair_admission import admission_check_record
+from deepseek_operator.controller.pair_admission import PairAdmission, admission_check_record
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.kueue import WorkloadFacts, admission, pair_check_updates
 from deepseek_operator.errors import SpecError
@@ -266,3 +267,38 @@ def test_admission_check_records_keep_only_the_operators() -> None:
     assert admission_check_record(other) is None
     record = workload_record(_workload("w", "LeaderWorkerSet", "pd-prefill"))
     assert record is not None and record.facts.checks == ()
+
+
+def test_the_operator_marks_its_check_active_and_passes_a_whole_pair() -> None:
+    """controller/pair_admission.py with a recording client: its check marked Active once, the
+    pair's Workloads written Ready once both roles have quota, a stranger's check left alone."""
+    written: list[dict[str, Any]] = []
+
+    class Kube:
+        async def apply_status(self, obj: dict[str, Any]) -> None:
+            written.append(obj)
+
+    whole = {
+        "prefill": (_facts("p0", "prefill", reserved=True),),
+        "decode": (_facts("d0", "decode", reserved=True),),
+    }
+
+    async def run() -> None:
+        pair = PairAdmission(
+            Kube(),  # type: ignore[arg-type]
+            lambda key: whole if key == ("llm", "pd") else {},
+            lambda key: {},
+            lambda: [("llm", "pd")],
+        )
+        pair.check_seen("ADDED", CHECK, (CHECK, False))  # new: Active, and every serving judged
+        pair.check_seen("ADDED", "prov", None)  # someone else's
+        await asyncio.sleep(0)
+        await asyncio.gather(*pair._tasks)
+
+    asyncio.run(run())
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in written)
+    assert kinds == [("AdmissionCheck", CHECK), ("Workload", "d0"), ("Workload", "p0")]
+    check = next(o for o in written if o["kind"] == "AdmissionCheck")
+    assert check["status"]["conditions"][0]["type"] == "Active"
+    entry = next(o for o in written if o["kind"] == "Workload")["status"]["admissionChecks"][0]
+    assert (entry["name"], entry["state"]) == (CHECK, "Ready")

@@ -111,6 +111,10 @@ class Workloads:
             out.setdefault(record.facts.role, []).append(record.facts)
         return {role: tuple(sorted(facts, key=lambda f: f.name)) for role, facts in out.items()}
 
+    def owners(self) -> list[OwnerKey]:
+        """Every serving that has a Workload."""
+        return list(self._by_owner)
+
     def observe(self, key: WorkloadKey, record: WorkloadRecord | None) -> set[OwnerKey]:
         """One Workload event (``record`` None: deleted); the owners whose Workloads changed."""
         old = self._records.get(key)

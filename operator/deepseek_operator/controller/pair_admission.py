@@ -58,10 +58,12 @@ class PairAdmission:
         kube: KubeClient,
         workloads_of: Callable[[ServingKey], Mapping[str, tuple[WorkloadFacts, ...]]],
         children_of: Callable[[ServingKey], Mapping[tuple[str, str], Mapping[str, Any]]],
+        owners: Callable[[], Iterable[ServingKey]] = tuple,
     ) -> None:
         self.kube = kube
         self.workloads_of = workloads_of
         self.children_of = children_of
+        self.owners = owners  # every serving with Workloads (a new check re-judges them all)
         self.checks: dict[str, bool] = {}  # our AdmissionChecks: name -> Active
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -78,7 +80,10 @@ class PairAdmission:
         if type_ == "DELETED" or record is None:
             self.checks.pop(name, None)
             return
+        new = name not in self.checks
         self.checks[name] = record[1]
+        if new:  # Workloads that already wait for it get no event of their own
+            self.owners_changed(self.owners())
         if not record[1]:
             self._spawn(self._activate(name))  # its event (Active) comes back and ends this
 

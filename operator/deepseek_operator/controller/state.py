@@ -98,7 +98,9 @@ class OperatorState(NodeEvents):
         )
         self.pods = PodGroups()
         self.workloads = Workloads()  # Kueue's, of servings with spec.queueName
-        self.pair = PairAdmission(self.kube, self.workloads.of, self.stores.live_children)
+        self.pair = PairAdmission(
+            self.kube, self.workloads.of, self.stores.live_children, self.workloads.owners
+        )
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
         # in it, or posting their Events would fail.
