@@ -2,7 +2,8 @@
 # Build the local test control plane from the Go module proxy, once, and cache it.
 #
 # Binaries: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm,
-#           lws-controller (with its CRDs and webhook manifests in bin/lws-manifests/).
+#           lws-controller (with its CRDs and webhook manifests in bin/lws-manifests/),
+#           kueue (in bin/kueue-<version>/: the manager binary, its CRDs and webhook manifests).
 # Versions: hack/versions.env (the one place they are pinned).
 # Output:   ${DSO_CACHE:-$HOME/.cache/deepseek-operator}/bin/  (outside the repo; nothing committed)
 #
@@ -10,8 +11,8 @@
 # re-run with matching stamps and present binaries does nothing and takes well under a second.
 # Set DSO_FORCE_REBUILD=1 to ignore the stamps. Recipe and background: docs/development.md.
 #
-# Usage: hack/build-control-plane.sh [component ...]   (components: etcd kubernetes kwok helm lws;
-#        default: all). Prints the bin directory on its last line.
+# Usage: hack/build-control-plane.sh [component ...]   (components: etcd kubernetes kwok helm lws
+#        kueue; default: all). Prints the bin directory on its last line.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -195,9 +196,42 @@ build_lws() {
   log "lws ${l}: built in $((SECONDS - t0))s: $("${BIN}/lws-controller" --version | head -1)"
 }
 
+build_kueue() {
+  local q="${KUEUE_VERSION}"
+  # A versioned directory: a new pin builds beside the old one instead of replacing it.
+  local dir="${BIN}/kueue-${q}"
+  local stamp="kueue=${q} $("${GO}" env GOVERSION)"
+  if up_to_date "kueue-${q}" "${stamp}" "kueue-${q}/kueue" \
+    && [[ -f "${dir}/manifests/webhooks.yaml" ]]; then
+    log "kueue ${q}: up to date"; return
+  fi
+  log "kueue ${q}: building"
+  local w="${WORK}/kueue-${q}" t0=${SECONDS}
+  new_wrapper "${w}" localbuild/kueuebin
+  (
+    cd "${w}"
+    # The module has no replace directives; its manager is sigs.k8s.io/kueue/cmd/kueue.
+    "${GO}" get -tool "sigs.k8s.io/kueue/cmd/kueue@${q}"
+    local ld="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${q}"
+    ld+=" -X sigs.k8s.io/kueue/pkg/version.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    "${GO}" build -mod=mod -ldflags="${ld}" -o "${w}/out/kueue" sigs.k8s.io/kueue/cmd/kueue
+  )
+  # The CRDs and webhook manifests the release ships (config/components of the same version).
+  local src
+  src="$(cd "${w}" && "${GO}" list -m -f '{{.Dir}}' "sigs.k8s.io/kueue")"
+  [[ -d "${src}/config/components/crd/bases" ]] \
+    || { echo "error: no config/components/crd/bases in ${src}" >&2; exit 1; }
+  rm -rf "${dir}"; mkdir -p "${dir}/manifests/crd"
+  install -m 0644 "${src}"/config/components/crd/bases/*.yaml "${dir}/manifests/crd/"
+  install -m 0644 "${src}/config/components/webhook/manifests.yaml" "${dir}/manifests/webhooks.yaml"
+  install -m 0755 "${w}/out/kueue" "${dir}/kueue"
+  echo "${stamp}" > "${BIN}/.stamp-kueue-${q}"
+  log "kueue ${q}: built in $((SECONDS - t0))s"
+}
+
 main() {
   local components=("$@")
-  [[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes kwok helm lws)
+  [[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes kwok helm lws kueue)
   local t0=${SECONDS} c
   for c in "${components[@]}"; do
     case "${c}" in
@@ -206,7 +240,8 @@ main() {
       kwok) build_kwok ;;
       helm) build_helm ;;
       lws) build_lws ;;
-      *) echo "error: unknown component '${c}' (etcd kubernetes kwok helm lws)" >&2; exit 2 ;;
+      kueue) build_kueue ;;
+      *) echo "error: unknown component '${c}' (etcd kubernetes kwok helm lws kueue)" >&2; exit 2 ;;
     esac
   done
   log "done in $((SECONDS - t0))s; binaries in ${BIN}"

@@ -27,6 +27,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
 # --- the operator as a subprocess (tests/k8s/operator.py); rack scale: the real LWS controller
 # (tests/k8s/lws.py) and NVIDIA's ComputeDomain surface (tests/k8s/dra.py) ----------------------
 from tests.k8s.dra import compute_domain_driver  # noqa: E402, F401
+from tests.k8s.kueue import kueue_cluster  # noqa: E402, F401
 from tests.k8s.lws import lws_cluster  # noqa: E402, F401
 from tests.k8s.operator import crds, operator  # noqa: E402, F401
 

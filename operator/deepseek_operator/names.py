@@ -217,6 +217,21 @@ RESOURCE_CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 """NVIDIA's DRA driver for whole GPUs: the ResourceSlice driver and the DeviceClass name."""
 
+# --- Kueue (sigs.k8s.io/kueue): quota and all-or-nothing admission ----------------------------
+
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+"""The Workload API the operator reads (served by Kueue v0.15 and later)."""
+KUEUE_WORKLOAD_KIND = "Workload"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's label naming the LocalQueue a Deployment or LeaderWorkerSet is admitted through."""
+KUEUE_PAIR_CHECK_CONTROLLER = "serving.deepseek-operator.io/pd-pair"
+"""The controllerName of the Kueue AdmissionCheck the operator serves: a P/D pair admitted whole."""
+KUEUE_INSTALL_HINT = (
+    "install Kueue (https://kueue.sigs.k8s.io) with its pod, deployment and "
+    "leaderworkerset.x-k8s.io/leaderworkerset integrations"
+)
+"""How a user gets Kueue, quoted where spec.queueName needs it."""
+
 # --- node labels: GPU Feature Discovery (NVIDIA k8s-device-plugin) ---------------------------
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
@@ -266,6 +281,8 @@ READY = "Ready"
 """All replicas' pods are ready (summary, positive polarity)."""
 WORKLOAD_APPLIED = "WorkloadApplied"
 """The API server accepted every child object the operator wrote (False carries its refusal)."""
+ADMITTED = "Admitted"
+"""Only with spec.queueName: Kueue admitted every replica's Workload (docs/kueue.md)."""
 
 # --- condition and decision reasons ----------------------------------------------------------
 
@@ -307,6 +324,20 @@ REASON_FOREIGN_OBJECT = "ForeignObjectInTheWay"
 DeepSeekServing's (another controller's, or nobody's); the operator never writes over it."""
 REASON_PODS_REFUSED = "PodsRefused"
 """A child's controller cannot create pods (FailedCreate, e.g. Pod Security admission)."""
+REASON_KUEUE_ADMITTED = "Admitted"
+"""Admitted is True: Kueue admitted every Workload of the serving (or of the role)."""
+REASON_KUEUE_NOT_INSTALLED = "KueueNotInstalled"
+"""Admitted is True: spec.queueName is set but the cluster serves no Kueue; nothing waits."""
+REASON_KUEUE_NO_WORKLOAD = "NoWorkloadYet"
+"""Admitted is False: Kueue has not yet made a Workload for every replica."""
+REASON_KUEUE_PENDING = "Pending"
+"""Admitted is False: a Workload waits for quota (the message is Kueue's)."""
+REASON_KUEUE_QUOTA_RESERVED = "QuotaReserved"
+"""Admitted is False: quota is reserved, Kueue's admission checks are pending."""
+REASON_KUEUE_EVICTED = "Evicted"
+"""Admitted is False: Kueue evicted a Workload (preempted, or its quota shrank)."""
+REASON_WAITING_FOR_QUOTA = "WaitingForQuota"
+"""Ready is False because Kueue has not admitted every replica (see Admitted)."""
 
 
 def failed_reason(check_name: str) -> str:

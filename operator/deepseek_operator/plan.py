@@ -28,6 +28,7 @@ from deepseek_operator.api.status import (
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.disaggregated import RoleDecision, apart, resolve_roles
+from deepseek_operator.engine.kueue import WorkloadFacts, admission
 from deepseek_operator.engine.queueing import workload_size
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.engine.stability import PreviousDecision
@@ -70,6 +71,9 @@ class PodSeen:
 GroupPods = Mapping[int, PodSeen]
 """The pods of one group by LeaderWorkerSet worker index (0: the leader)."""
 
+RoleWorkloads = Mapping[str, tuple[WorkloadFacts, ...]]
+"""Kueue's Workloads of a serving by role ("" for an aggregated serving): spec.queueName only."""
+
 
 @dataclass(frozen=True)
 class Observed:
@@ -88,6 +92,9 @@ class Observed:
     groups: Mapping[int, GroupPods] = field(default_factory=dict)
     # A disaggregated serving's: each role's groups (its LeaderWorkerSet's), by role.
     role_groups: Mapping[str, Mapping[int, GroupPods]] = field(default_factory=dict)
+    # With spec.queueName: Kueue's Workloads of the serving's workloads, by role ("" for an
+    # aggregated serving); they decide the Admitted condition.
+    workloads: RoleWorkloads = field(default_factory=dict)
 
     @classmethod
     def offline(cls) -> Observed:
@@ -101,9 +108,11 @@ class Observed:
         children: Mapping[ChildKey, Mapping[str, Any]],
         pod_refusals: tuple[str, ...] = (),
         groups: Mapping[str, Mapping[int, GroupPods]] | None = None,
+        workloads: RoleWorkloads | None = None,
     ) -> Observed:
         """Parse the live object's status through the API model, once. ``groups``: the pods of
-        each LeaderWorkerSet group by role ("" for an aggregated serving)."""
+        each LeaderWorkerSet group by role ("" for an aggregated serving); ``workloads``:
+        Kueue's Workloads of the serving by role."""
         raw = body.get("status") or {}
         try:
             status = DeepSeekServingStatus.model_validate(raw) if raw else None
@@ -120,6 +129,7 @@ class Observed:
             pod_refusals=pod_refusals,
             groups=(groups or {}).get("", {}),
             role_groups={role: g for role, g in (groups or {}).items() if role},
+            workloads=workloads or {},
         )
 
     @property
@@ -273,6 +283,7 @@ def plan(
         generation=serving.generation,
         previous_conditions=observed.conditions,
         groups=observed.groups,
+        kueue=(apis or ClusterApis()).kueue,
     )
     objects, status = _routing(serving, [(serving, res)], rendered, status, observed, now, apis)
     return Plan(resolution=res, objects=objects, status=status)
@@ -288,12 +299,15 @@ def _workload(
     generation: int,
     previous_conditions: tuple[Condition, ...],
     groups: Mapping[int, GroupPods],
+    kueue: bool,
 ) -> tuple[list[dict[str, Any]], DeepSeekServingStatus]:
     """One workload's children and status from its decision: the serving's own, or a role's
     (``obj`` is then the role's projection, ``previous_conditions`` and ``groups`` its own).
 
     The replicas it may create now (:func:`workload_size`: capacity and maxPendingReplicas) size
-    both the rendered workload and the status.
+    both the rendered workload and the status. ``kueue``: whether the cluster serves Kueue (the
+    Admitted condition, with ``spec.queueName``, of a live serving only: offline, no Workload
+    can have been seen).
     """
     size = workload_size(
         obj.spec.replicas,
@@ -311,6 +325,11 @@ def _workload(
         pod_refusal=observed.pod_refusal(),
         workload_size=size,
         groups=group_statuses(res, inventory, groups) if res.pods_per_replica > 1 else (),
+        admission=admission(
+            obj.spec.queue_name, kueue, observed.workloads.get(obj.role, ()), size.replicas
+        )
+        if observed.live
+        else None,
     )
     return render_objects(obj, res, size.replicas), status
 
@@ -387,6 +406,7 @@ def _plan_roles(
             generation=serving.generation,
             previous_conditions=observed.role_conditions(d.role),
             groups=observed.role_groups.get(d.role, {}),
+            kueue=(apis or ClusterApis()).kueue,
         )
         statuses.append(role_status(d.role, status))
         for child in map(with_template_hash, rendered):

@@ -192,8 +192,10 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
         {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
     ]
     assert one(docs, "ServiceAccount", "operator")["metadata"]["name"] == pod["serviceAccountName"]
-    # Watching some namespaces: the ClusterRole only reads cluster-scoped things, every write
-    # right is a Role in exactly the watched namespaces, bound to the same ServiceAccount.
+    # Watching some namespaces: the ClusterRole only reads cluster-scoped things (and marks the
+    # operator's own Kueue AdmissionChecks Active: their status is its one cluster-scoped write),
+    # every other write right is a Role in exactly the watched namespaces, bound to the same
+    # ServiceAccount.
     roles = by_kind(docs, "Role")
     cluster_resources = {r for rule in role["rules"] for r in rule["resources"]}
     if watch:
@@ -203,8 +205,14 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
             "resourceclaims",
             "customresourcedefinitions",
             "namespaces",
+            "admissionchecks",
+            "admissionchecks/status",
         }
-        assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in role["rules"])
+        assert all(
+            set(rule["verbs"]) <= {"get", "list", "watch"}
+            for rule in role["rules"]
+            if rule["resources"] != ["admissionchecks/status"]
+        )
         assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watch)
         bindings = by_kind(docs, "RoleBinding")
         assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(watch)
@@ -230,6 +238,10 @@ def test_rendered_objects_keep_the_charts_promises(helm: str, values: pathlib.Pa
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
         if "nodes" in rule["resources"] or "resourceslices" in rule["resources"]:
             assert set(rule["verbs"]) == {"get", "list", "watch"}
+        if "admissionchecks" in rule["resources"]:  # Kueue's: read only
+            assert set(rule["verbs"]) == {"get", "list", "watch"}
+        if "admissionchecks/status" in rule["resources"] or "workloads/status" in rule["resources"]:
+            assert set(rule["verbs"]) == {"patch"}, rule  # the operator's own check entry only
         if "resourceclaims" in rule["resources"]:  # free DRA devices: read claims, never write
             assert rule["resources"] == ["resourceclaims"]
             assert set(rule["verbs"]) == {"list", "watch"}

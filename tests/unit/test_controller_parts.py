@@ -176,7 +176,7 @@ def test_addon_crd_events_decide_what_is_served_before_discovery_catches_up() ->
     assert probe.current().leader_worker_set is True  # the event wins over stale discovery
     probe.crd_seen(LWS_CRD, None)
     assert probe.current().leader_worker_set is False
-    assert kube.asked == 3  # one discovery round (three kinds), cached since
+    assert kube.asked == 4  # one discovery round (four kinds), cached since
 
 
 def test_the_peering_gate_follows_kopfs_rule() -> None:

@@ -82,6 +82,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims"]
   verbs: ["list", "watch"]
+# Kueue AdmissionChecks whose controller is the operator (a P/D pair admitted whole): read, and
+# their Active condition written (server-side apply of the status).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["admissionchecks"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["admissionchecks/status"]
+  verbs: ["patch"]
 # kopf scans CRDs to resolve the resources it serves.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
@@ -120,6 +128,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["inference.networking.k8s.io"]
   resources: ["inferencepools"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Kueue's Workloads (one per replica of a serving with spec.queueName), for the Admitted
+# condition; only the operator's own admission check entry in their status is ever written.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
 # The StatefulSets LeaderWorkerSet makes (read only): a refused pod shows only there.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]

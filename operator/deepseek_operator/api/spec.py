@@ -124,6 +124,11 @@ class DeepSeekServingSpec(ApiModel):
     disaggregation: DisaggregationSpec | None = None
     """Prefill/decode disaggregation: a prefill and a decode pool joined by a KV connector. Unset: one aggregated pool. When set, replicas, moeBackend, parallelism, resources and the per-role engine flags are set per role and must stay unset here."""
 
+    queue_name: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
+    """Kueue LocalQueue (in this namespace) that admits the serving's engine workloads: each Deployment and LeaderWorkerSet of the serving (both roles of a disaggregated one) carries the label kueue.x-k8s.io/queue-name with this value, so each replica starts only once Kueue admits it whole under its ClusterQueue's quota; the router, which holds no GPUs, is not queued. Needs Kueue with its pod, deployment and leaderworkerset integrations; without Kueue the label has no effect. Set it at creation: Kueue refuses a queue change on a running workload (WorkloadApplied=False says so). Unset: nothing waits for quota."""
+
     router: RouterSpec = Field(default_factory=RouterSpec)
     """The vLLM router in front of the engines: one OpenAI-compatible endpoint (the Service <name>-api), on by default for a disaggregated serving, opt-in for an aggregated one; NetworkPolicies admit only the router (and engineAccessFrom) to the engines' HTTP port."""
 

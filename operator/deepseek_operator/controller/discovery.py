@@ -1,5 +1,5 @@
 """Which add-on APIs (LeaderWorkerSet, NVIDIA's ComputeDomain, Gateway API Inference Extension's
-InferencePool) the cluster serves."""
+InferencePool, Kueue's Workload) the cluster serves."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from deepseek_operator.names import (
     DEFAULT_ROUTER_IMAGE,
     INFERENCE_POOL_API_VERSION,
     INFERENCE_POOL_KIND,
+    KUEUE_API_VERSION,
+    KUEUE_WORKLOAD_KIND,
     LWS_API_VERSION,
     LWS_KIND,
 )
@@ -27,7 +29,8 @@ LWS_CRD = f"leaderworkersets.{LWS_GROUP}"
 CD_CRD = f"computedomains.{CD_GROUP}"
 IP_GROUP = INFERENCE_POOL_API_VERSION.split("/")[0]
 IP_CRD = f"inferencepools.{IP_GROUP}"
-ADDON_CRDS = (LWS_CRD, CD_CRD, IP_CRD)
+KUEUE_CRD = f"workloads.{KUEUE_API_VERSION.split('/')[0]}"
+ADDON_CRDS = (LWS_CRD, CD_CRD, IP_CRD, KUEUE_CRD)
 
 
 class ClusterApiProbe:
@@ -70,6 +73,7 @@ class ClusterApiProbe:
                 LWS_CRD: self.kube.served(LWS_API_VERSION, LWS_KIND),
                 CD_CRD: self.kube.served(COMPUTE_DOMAIN_API_VERSION, COMPUTE_DOMAIN_KIND),
                 IP_CRD: self.kube.served(INFERENCE_POOL_API_VERSION, INFERENCE_POOL_KIND),
+                KUEUE_CRD: self.kube.served(KUEUE_API_VERSION, KUEUE_WORKLOAD_KIND),
             }
             self._checked_at = now
         return self._answer()
@@ -93,6 +97,7 @@ class ClusterApiProbe:
             compute_domain=served(CD_CRD),
             compute_domain_enabled=self.compute_domain_enabled,
             inference_pool=served(IP_CRD),
+            kueue=served(KUEUE_CRD),
             router_image=self.router_image,
             fill_image=self.fill_image,
         )

@@ -271,6 +271,19 @@ class KubeClient:
             Priority.BACKGROUND, functools.partial(self._apply, encoded, only_if_ours)
         )
 
+    def _apply_status(self, obj: EncodedObject) -> Any:
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        path = self.object_path(obj) + "/status"
+        return self._call("PATCH", path, obj, "application/apply-patch+yaml", query)
+
+    async def apply_status(self, obj: Mapping[str, Any]) -> Any:
+        """Server-side apply the status of ``obj`` (a Kueue object's: the admission check the
+        operator serves); only the fields in ``obj`` become ours."""
+        encoded = EncodedObject.of(obj)
+        return await self.queue.run(
+            Priority.BACKGROUND, functools.partial(self._apply_status, encoded)
+        )
+
     def _delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         path = self.resource(api_version, kind).path(namespace, name)
         try:

@@ -250,7 +250,7 @@ class Reconciler:
             pod_refusals += found
             if again is not None:
                 recheck = again if recheck is None else min(recheck, again)
-        observed = Observed.from_body(body, ours, pod_refusals, groups)
+        observed = Observed.from_body(body, ours, pod_refusals, groups, rec.workloads)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)

@@ -25,11 +25,13 @@ from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import Stores, kept
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.controller.kueue_watch import Workloads
 from deepseek_operator.controller.list_watch import ListWatch, WatchLoop
 from deepseek_operator.controller.node_events import NodeEvents
 from deepseek_operator.controller.node_tracker import NodeTracker
+from deepseek_operator.controller.pair_admission import PairAdmission
 from deepseek_operator.controller.peering_gate import PeeringGate
-from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_key
+from deepseek_operator.controller.pod_watch import PodGroups, pod_key
 from deepseek_operator.controller.queue import ReconcileQueue
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.controller.records import KeptBody, Records, ServingKey
@@ -96,6 +98,10 @@ class OperatorState(NodeEvents):
             lambda: self.kopf_context,
         )
         self.pods = PodGroups()
+        self.workloads = Workloads()  # Kueue's, of servings with spec.queueName
+        self.pair = PairAdmission(
+            self.kube, self.workloads.of, self.stores.live_children, self.workloads.owners
+        )
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
         # in it, or posting their Events would fail.
@@ -119,6 +125,7 @@ class OperatorState(NodeEvents):
             "children": self.stores.child_count(),
             "statefulsets": len(self.stores.statefulsets),
             "pods": len(self.pods),
+            "kueue_workloads": len(self.workloads),
             "apply_responses": sum(len(rec.applied) for _key, rec in records),
             "applies_in_flight": sum(len(rec.in_flight) for _key, rec in records),
             "parsed_specs": self.records.parsed_count(),
@@ -173,13 +180,16 @@ class OperatorState(NodeEvents):
             return functools.partial(self.slices_seen, name), self.slice_seen
         if spec.asks is Asks.CLAIMS:  # ResourceClaims: which DRA devices are no longer free
             return functools.partial(self.claims_seen, name), self.claim_seen
-        if spec.asks is Asks.OWNER_STATUS:  # pods
+        if spec.asks is Asks.CHECKS:  # Kueue AdmissionChecks the operator serves
+            return self.pair.checks_listed, self.pair.check_seen
+        if spec.asks in (Asks.OWNER_STATUS, Asks.ADMISSION):  # pods; Kueue's Workloads
+            store = self.pods if spec.asks is Asks.OWNER_STATUS else self.workloads
             return (
-                lambda snapshot: self.pods_listed(
-                    namespace, {pod_key(k): r for k, r in snapshot.items() if r is not None}
+                lambda snapshot: self.pods_changed(
+                    store.replace(namespace, {pod_key(k): r for k, r in snapshot.items() if r})
                 ),
-                lambda t, key, record: self.pod_seen(
-                    pod_key(key), None if t == "DELETED" else record
+                lambda t, key, record: self.pods_changed(
+                    store.observe(pod_key(key), None if t == "DELETED" else record)
                 ),
             )
         if spec.child:
@@ -214,16 +224,10 @@ class OperatorState(NodeEvents):
             if served_by == crd:
                 watch.poke()
 
-    def pods_listed(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> None:
-        """A full listing of our LWS pods in ``namespace`` (None: every namespace)."""
-        self.pods_changed(self.pods.replace(namespace, snapshot))
-
-    def pod_seen(self, key: PodKey, record: PodRecord | None) -> None:
-        """One pod event (``record`` None: deleted)."""
-        self.pods_changed(self.pods.observe(key, record))
-
     def pods_changed(self, owners: set[ServingKey]) -> None:
-        """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
+        """Refresh the status of the DeepSeekServings whose group pods (or Kueue Workloads)
+        changed (status only), and their pair's admission check."""
+        self.pair.owners_changed(owners)
         for owner in owners:
             if self.records.live_uid(owner) is not None:
                 self.schedule(owner, delay=POD_DEBOUNCE_S, trigger="pods", status_only=True)
@@ -323,6 +327,7 @@ class OperatorState(NodeEvents):
         await self.nodes_listed.wait()  # never decide on a partial inventory
         await self.children_listed.wait()  # nor on a partial view of what exists
         stores = self.stores
+        self.records.ensure(key).workloads = self.workloads.of(key)  # Kueue's, for Admitted
         return await self.reconciler.reconcile(
             key,
             lambda: self.body(key),

@@ -23,6 +23,10 @@ What an event asks for (:class:`Asks`):
   reconciles the DeepSeekServing of that name (its refused pods surface as ``PodsRefused``).
 * ``OWNER_STATUS``: a pod of our LeaderWorkerSet asks for a status-only reconcile of its owner
   (``status.groups``), which never writes a child.
+* ``ADMISSION``: a Kueue Workload of one of our workloads (``spec.queueName``) asks for a
+  status-only reconcile of its serving (the ``Admitted`` condition) and, where the operator's
+  admission check guards it, the check states of the pair (:mod:`.pair_admission`).
+* ``CHECKS``: Kueue AdmissionChecks whose controller is the operator: remembered, marked Active.
 * ``SELF``: a DeepSeekServing event reconciles it when it is new, has a new generation, or is
   first seen at start-up (never for a status echo or a metadata-only change).
 * ``ALL``: an add-on CRD installed, established or removed re-decides every DeepSeekServing.
@@ -37,10 +41,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
-from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, LWS_CRD
+from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, KUEUE_CRD, LWS_CRD
 from deepseek_operator.controller.kube import group_version_prefix
+from deepseek_operator.controller.kueue_watch import workload_record
 from deepseek_operator.controller.node_tracker import slice_of
 from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.pair_admission import admission_check_record
 from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_record
 from deepseek_operator.names import (
     API_VERSION,
@@ -49,6 +55,7 @@ from deepseek_operator.names import (
     DRA_API_VERSION,
     INFERENCE_POOL_API_VERSION,
     INFERENCE_POOL_KIND,
+    KUEUE_API_VERSION,
     LABEL_MANAGED_BY,
     LWS_API_VERSION,
     LWS_KIND,
@@ -60,6 +67,7 @@ from deepseek_operator.names import (
 from deepseek_operator.nodes.claims import claim_of
 
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+KUEUE_CHECK_CRD = "admissionchecks.kueue.x-k8s.io"
 # Debounces: a burst of events costs one reconcile per object.
 NODE_DEBOUNCE_S = 1.0
 POD_DEBOUNCE_S = 1.0
@@ -73,6 +81,8 @@ class Asks(enum.Enum):
     CLAIMS = "the DeepSeekServings whose nodeSelector matches the held devices' nodes, after 1 s"
     OWNER = "its owner (by label), after 0.2 s"
     OWNER_STATUS = "a status-only reconcile of its owner, after 1 s"
+    ADMISSION = "a status-only reconcile of the serving it admits, after 1 s"
+    CHECKS = "no reconcile: the operator's AdmissionChecks are remembered and marked Active"
     SELF = "the object itself, at once (new, new generation, start-up)"
     ALL = "every DeepSeekServing, after 1 s"
     NOTHING = "no reconcile"
@@ -156,6 +166,25 @@ WATCHES: tuple[Watch, ...] = (
         "StatefulSet", "apps/v1", "statefulsets", reduced_statefulset, Asks.OWNER, LWS_NAME_LABEL
     ),
     Watch("Pod", "v1", "pods", pod_record, Asks.OWNER_STATUS, POD_SELECTOR),
+    # With spec.queueName: Kueue's Workloads (one per replica) say whether each is admitted.
+    # They carry none of our labels: the reducer keeps only those our workloads own.
+    Watch(
+        "Workload",
+        KUEUE_API_VERSION,
+        "workloads",
+        workload_record,
+        Asks.ADMISSION,
+        crd=KUEUE_CRD,
+    ),
+    Watch(
+        "AdmissionCheck",
+        KUEUE_API_VERSION,
+        "admissionchecks",
+        admission_check_record,
+        Asks.CHECKS,
+        namespaced=False,
+        crd=KUEUE_CHECK_CRD,
+    ),
     # Only with --peering: kopf's peering objects say whether this instance may act.
     Watch(
         "KopfPeering",

@@ -31,6 +31,7 @@ class ClusterApis:
     compute_domain: bool = True  # resource.nvidia.com/v1beta1 ComputeDomain (NVIDIA DRA driver)
     compute_domain_enabled: bool = True  # the operator may create ComputeDomains
     inference_pool: bool = True  # inference.networking.k8s.io/v1 InferencePool (Gateway API IE)
+    kueue: bool = True  # kueue.x-k8s.io/v1beta2 Workload (Kueue admits spec.queueName's workloads)
     router_image: str = DEFAULT_ROUTER_IMAGE  # spec.router.image's default
     fill_image: str = DEFAULT_FILL_IMAGE  # the image of spec.modelCache.fill's Jobs
 

@@ -9,6 +9,7 @@ from deepseek_operator.api.load import ServingObject
 from deepseek_operator.names import (
     API_VERSION,
     KIND,
+    KUEUE_QUEUE_LABEL,
     LABEL_COMPONENT,
     LABEL_ENDPOINT,
     LABEL_INSTANCE,
@@ -40,6 +41,17 @@ def common_labels(obj: ServingObject) -> dict[str, str]:
         LABEL_PART_OF: PROJECT,
         LABEL_SERVING: obj.serving_name,
     }
+
+
+def queue_labels(obj: ServingObject) -> dict[str, str]:
+    """Kueue's queue-name label for an engine workload (Deployment, LeaderWorkerSet and the
+    Deployment's pods), or nothing when ``spec.queueName`` is unset.
+
+    Only the engines are queued: the router holds no GPUs, and queueing it would make the
+    endpoint wait for quota it does not use.
+    """
+    name = obj.spec.queue_name
+    return {KUEUE_QUEUE_LABEL: name} if name else {}
 
 
 def _pod_labels(obj: ServingObject, head: bool) -> dict[str, str]:

@@ -77,6 +77,7 @@ def disaggregated_status(
         (N.PLACEABLE, None),
         (N.COMPUTE_DOMAIN, None),
         (N.READY, None),
+        (N.ADMITTED, None),
     ):
         summed = _summed(
             ctype,

@@ -13,6 +13,7 @@ from deepseek_operator import names as N
 from deepseek_operator.api import status as S
 from deepseek_operator.engine.capacity_report import gib
 from deepseek_operator.engine.cluster_apis import ComputeDomainMode
+from deepseek_operator.engine.kueue import Admission
 from deepseek_operator.engine.layout_advice import advice_line
 from deepseek_operator.engine.queueing import WorkloadSize
 from deepseek_operator.engine.resolution import Resolution
@@ -61,6 +62,7 @@ def build_status(
     pod_refusal: str | None = None,
     workload_size: WorkloadSize | None = None,
     groups: Sequence[S.GroupStatus] = (),
+    admission: Admission | None = None,
 ) -> S.DeepSeekServingStatus:
     """The whole status: resolved values, decision with checks, replicas, the conditions.
 
@@ -69,6 +71,8 @@ def build_status(
     ``workload_size``: how many replicas the workload asks for; the replicas it holds back are said
     in the Placeable (and a not-ready Ready) message.
     ``groups``: the multi-pod replicas as their pods show them (the Ready message sums them up).
+    ``admission``: Kueue's verdict (``spec.queueName`` only): the Admitted condition, and a
+    not-ready Ready that says it waits for quota rather than for nodes.
     The WorkloadApplied condition is carried over as last written: only the reconciler, after
     its writes, knows whether the API server accepted them (:func:`with_workload_applied`).
     """
@@ -124,6 +128,12 @@ def build_status(
             N.REASON_PODS_REFUSED,
             f"{ready_replicas}/{res.replicas} replicas ready; {pod_refusal}",
         )
+    elif admission is not None and not admission.ok and not all_ready:
+        ready_reason, ready_msg = (
+            N.REASON_WAITING_FOR_QUOTA,
+            f"{ready_replicas}/{res.replicas} replicas ready; waiting for quota: "
+            f"{admission.message}",
+        )
     elif not placement.placeable and not all_ready:
         ready_reason, ready_msg = (
             N.REASON_NOT_PLACEABLE,
@@ -158,6 +168,18 @@ def build_status(
             previous=previous_conditions,
         )
     )
+    if admission is not None:
+        conditions.append(
+            condition(
+                N.ADMITTED,
+                ok=admission.ok,
+                reason=admission.reason,
+                message=admission.message,
+                generation=generation,
+                now=now,
+                previous=previous_conditions,
+            )
+        )
     if workload is not None:
         conditions.append(workload)
     return S.DeepSeekServingStatus(

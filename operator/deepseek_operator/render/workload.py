@@ -46,6 +46,7 @@ from deepseek_operator.render.metadata import (
     _metadata,
     _pod_labels,
     common_labels,
+    queue_labels,
     selector_labels,
 )
 
@@ -199,7 +200,7 @@ def render_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
+        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving", **queue_labels(obj)}),
         "spec": {
             "replicas": obj.spec.replicas if replicas is None else replicas,
             "selector": {"matchLabels": selector_labels(obj)},
@@ -209,7 +210,11 @@ def render_deployment(
                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
             },
             "progressDeadlineSeconds": STARTUP_PROBE_PERIOD_S * STARTUP_PROBE_FAILURES,
-            "template": pod_template(obj, res, extra_labels={LABEL_COMPONENT: "serving"}),
+            # Kueue's pod integration reads the queue from each pod (its Deployment webhook
+            # copies the label into the template too; here it holds without that webhook).
+            "template": pod_template(
+                obj, res, extra_labels={LABEL_COMPONENT: "serving", **queue_labels(obj)}
+            ),
         },
     }
 
@@ -308,7 +313,9 @@ def render_leader_worker_set(
     return {
         "apiVersion": LWS_API_VERSION,
         "kind": LWS_KIND,
-        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving"}),
+        # Kueue's LeaderWorkerSet integration reads the queue from the LeaderWorkerSet and
+        # admits each group as one Workload (leader and workers together).
+        "metadata": _metadata(obj, obj.name, {LABEL_COMPONENT: "serving", **queue_labels(obj)}),
         "spec": {
             "replicas": obj.spec.replicas if replicas is None else replicas,
             "startupPolicy": "LeaderCreated",

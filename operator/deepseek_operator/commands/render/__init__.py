@@ -34,12 +34,14 @@ from deepseek_operator.commands.render.inputs import (
 from deepseek_operator.commands.render.output import SEPARATORS, format_preview
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.engine.disaggregated import apart
+from deepseek_operator.engine.kueue import queue_note
 from deepseek_operator.engine.resolution import Resolution
 from deepseek_operator.errors import DeepSeekOperatorError, InputError, SpecError
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
     DEFAULT_ROUTER_IMAGE,
     DRA_API_VERSION,
+    KUEUE_API_VERSION,
     LWS_API_VERSION,
 )
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
@@ -130,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.nodes:
             raw_nodes, slices, claims = load_cluster_inputs(args.nodes)
         lws, compute_domain = args.leader_worker_set, args.compute_domain
+        kueue: bool | None = None  # offline: whether the cluster runs Kueue is not known
         if args.from_cluster:  # what this cluster serves, as the operator would see it
             served = cluster_group_versions()
             if DRA_API_VERSION in served:
@@ -137,10 +140,14 @@ def run(args: argparse.Namespace) -> int:
                 claims = cluster_resource_claims()
             lws = lws and LWS_API_VERSION in served
             compute_domain = compute_domain and COMPUTE_DOMAIN_API_VERSION in served
+            kueue = KUEUE_API_VERSION in served
         inventory = build_inventory(raw_nodes, slices, claims)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         apis = ClusterApis(
-            leader_worker_set=lws, compute_domain=compute_domain, router_image=args.router_image
+            leader_worker_set=lws,
+            compute_domain=compute_domain,
+            kueue=kueue is not False,
+            router_image=args.router_image,
         )
         planned = [_plan_document(d, inventory, now, apis) for d in documents]
         actions: list[list[str] | None] = [None] * len(documents)
@@ -173,6 +180,11 @@ def run(args: argparse.Namespace) -> int:
     if refusals:
         sys.stderr.write("".join(refusals))
         return 1
+    # Information, not a refusal: a queue name is valid with or without Kueue.
+    for document in documents:
+        note = queue_note(document.obj.spec, kueue)
+        if note:
+            sys.stderr.write(f"info: {document.where}{note}\n")
     sys.stdout.write(
         SEPARATORS[args.output].join(
             format_preview(

@@ -1,0 +1,156 @@
+"""The Kueue admission check the operator serves: a prefill/decode pair admitted as one unit.
+
+A cluster admin creates an ``AdmissionCheck`` whose ``controllerName`` is
+``serving.deepseek-operator.io/pd-pair`` and lists it on the ClusterQueue. Kueue then reserves
+quota for each Workload as usual but admits none before that check is ``Ready``. The operator
+marks its AdmissionChecks ``Active`` (Kueue keeps a ClusterQueue with an inactive check closed)
+and, whenever a serving's Workloads change, writes the check states the pure rule
+(:func:`~deepseek_operator.engine.kueue.pair_check_updates`) decides: Ready on every Workload of
+both roles at once, once all of them have quota reserved. docs/kueue.md has the design and its
+failure modes.
+
+Writes are server-side applies of the one list entry (``status.admissionChecks`` is a map keyed
+by name, ``status.conditions`` by type), so Kueue's own entries are left as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.engine.kueue import CheckUpdate, WorkloadFacts, pair_check_updates
+from deepseek_operator.names import (
+    KUEUE_API_VERSION,
+    KUEUE_PAIR_CHECK_CONTROLLER,
+    KUEUE_WORKLOAD_KIND,
+    LWS_KIND,
+    role_object_name,
+)
+
+log = logging.getLogger(__name__)
+
+ServingKey = tuple[str, str]
+CheckRecord = tuple[str, bool]  # (AdmissionCheck name, Active=True already)
+
+
+def admission_check_record(check: Mapping[str, Any]) -> CheckRecord | None:
+    """An AdmissionCheck this operator serves: its name and whether it is Active; else None."""
+    if (check.get("spec") or {}).get("controllerName") != KUEUE_PAIR_CHECK_CONTROLLER:
+        return None
+    conditions = (check.get("status") or {}).get("conditions") or []
+    active = any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+    return str((check.get("metadata") or {}).get("name")), active
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PairAdmission:
+    """The operator's AdmissionChecks and the check states it writes on Workloads."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        workloads_of: Callable[[ServingKey], Mapping[str, tuple[WorkloadFacts, ...]]],
+        children_of: Callable[[ServingKey], Mapping[tuple[str, str], Mapping[str, Any]]],
+        owners: Callable[[], Iterable[ServingKey]] = tuple,
+    ) -> None:
+        self.kube = kube
+        self.workloads_of = workloads_of
+        self.children_of = children_of
+        self.owners = owners  # every serving with Workloads (a new check re-judges them all)
+        self.checks: dict[str, bool] = {}  # our AdmissionChecks: name -> Active
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def checks_listed(self, snapshot: Mapping[str, CheckRecord | None]) -> None:
+        """A full listing of AdmissionChecks (cluster-scoped)."""
+        self.checks = {}
+        for record in snapshot.values():
+            if record is not None:
+                self.check_seen("ADDED", record[0], record)
+
+    def check_seen(self, type_: str, key: str, record: CheckRecord | None) -> None:
+        """One AdmissionCheck event: remember ours, and mark each one Active once."""
+        name = key.rpartition("/")[2]
+        if type_ == "DELETED" or record is None:
+            self.checks.pop(name, None)
+            return
+        new = name not in self.checks
+        self.checks[name] = record[1]
+        if new:  # Workloads that already wait for it get no event of their own
+            self.owners_changed(self.owners())
+        if not record[1]:
+            self._spawn(self._activate(name))  # its event (Active) comes back and ends this
+
+    def owners_changed(self, owners: Iterable[ServingKey]) -> None:
+        """Write the check states the Workloads of ``owners`` now call for (ours only)."""
+        if not self.checks:
+            return
+        ours = frozenset(self.checks)
+        for namespace, name in owners:
+            workloads = self.workloads_of((namespace, name))
+            if not workloads:
+                continue
+            children = self.children_of((namespace, name))
+            wanted = {role: self._replicas(children, name, role) for role in workloads}
+            # Written until the Workload's own event shows it Ready (an apply is idempotent).
+            for update in pair_check_updates(workloads, wanted, ours):
+                self._spawn(self._set_check(namespace, update))
+
+    @staticmethod
+    def _replicas(
+        children: Mapping[tuple[str, str], Mapping[str, Any]], name: str, role: str
+    ) -> int:
+        """The replicas a role's (or the serving's) workload asks for, from the live child."""
+        child_name = role_object_name(name, role) if role else name
+        for kind in (LWS_KIND, "Deployment"):
+            child = children.get((kind, child_name))
+            if child is not None:
+                return int((child.get("spec") or {}).get("replicas") or 0)
+        return 1  # not seen yet: at least one Workload of it must be there
+
+    def _spawn(self, call: Any) -> None:
+        task = asyncio.get_running_loop().create_task(call)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _activate(self, name: str) -> None:
+        status = {
+            "conditions": [
+                {
+                    "type": "Active",
+                    "status": "True",
+                    "reason": "Active",
+                    "message": "the deepseek-operator admits prefill/decode pairs whole",
+                    "lastTransitionTime": _now(),
+                }
+            ]
+        }
+        await self._apply_status("AdmissionCheck", "", name, status)
+
+    async def _set_check(self, namespace: str, update: CheckUpdate) -> None:
+        entry = {
+            "name": update.check,
+            "state": update.state,
+            "message": update.message,
+            "lastTransitionTime": _now(),
+        }
+        status = {"admissionChecks": [entry]}
+        await self._apply_status(KUEUE_WORKLOAD_KIND, namespace, update.workload, status)
+
+    async def _apply_status(
+        self, kind: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> bool:
+        meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+        obj = {"apiVersion": KUEUE_API_VERSION, "kind": kind, "metadata": meta, "status": status}
+        try:
+            await self.kube.apply_status(obj)
+        except Exception as exc:  # logged; the next event of the object tries again
+            log.warning("Kueue %s %s/%s: status not written: %s", kind, namespace, name, exc)
+            return False
+        return True

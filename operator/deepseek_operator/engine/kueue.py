@@ -1,0 +1,170 @@
+"""Kueue admission of a serving's workloads: what ``spec.queueName`` means here (pure).
+
+With ``spec.queueName`` set, every engine workload (the Deployment or LeaderWorkerSet of the
+serving, of each role of a disaggregated one) carries Kueue's ``kueue.x-k8s.io/queue-name`` label.
+Kueue then turns each replica into a Workload (one per single-pod replica, one per LeaderWorkerSet
+group with the leader and the workers as its pod sets) and keeps its pods behind a scheduling gate
+until the ClusterQueue behind that LocalQueue has quota for all of it. Without Kueue the label is
+inert: nothing waits. docs/kueue.md tells the whole story.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from deepseek_operator import names as N
+from deepseek_operator.api.spec import DeepSeekServingSpec
+from deepseek_operator.names import KUEUE_API_VERSION, KUEUE_INSTALL_HINT, KUEUE_QUEUE_LABEL
+
+
+def queue_note(spec: DeepSeekServingSpec, served: bool | None) -> str | None:
+    """The ``render`` command's info line about ``spec.queueName`` (None when it is unset).
+
+    ``served``: whether the cluster serves Kueue's Workload API (None: offline, not known).
+    """
+    name = spec.queue_name
+    if not name:
+        return None
+    label = f"{KUEUE_QUEUE_LABEL}={name}"
+    if served is None:
+        return (
+            f"spec.queueName {name!r} needs Kueue: the engine workloads carry {label}, which "
+            "only a cluster running Kueue acts on (each replica then starts once LocalQueue "
+            f"{name!r} admits it whole); without Kueue they start as if no queue were named"
+        )
+    if served:
+        return (
+            f"spec.queueName {name!r}: this cluster runs Kueue; each replica waits until "
+            f"LocalQueue {name!r} admits it whole under its ClusterQueue's quota"
+        )
+    return (
+        f"spec.queueName {name!r} needs Kueue, which this cluster does not serve (no "
+        f"{KUEUE_API_VERSION}): the label {label} has no effect; {KUEUE_INSTALL_HINT}"
+    )
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What the operator keeps of one Kueue Workload of a serving (one replica, or one
+    LeaderWorkerSet group): the controller reads them from Kueue's Workload objects."""
+
+    name: str
+    role: str = ""  # the disaggregated role whose workload owns it ("" for an aggregated one)
+    admitted: bool = False  # condition Admitted=True
+    quota_reserved: bool = False  # condition QuotaReserved=True
+    pending: str = ""  # Kueue's QuotaReserved=False message: why it waits
+    evicted: str = ""  # "<reason>: <message>" of Evicted=True (preempted, quota shrank, ...)
+    finished: bool = False  # condition Finished=True (its pods ended; not counted)
+    checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The Admitted condition of a serving (or of one role): True when nothing waits."""
+
+    ok: bool
+    reason: str
+    message: str
+
+
+def admission(
+    queue_name: str | None,
+    kueue_served: bool,
+    workloads: Sequence[WorkloadFacts],
+    replicas: int,
+) -> Admission | None:
+    """The Admitted condition from Kueue's Workloads of one workload (the serving's or a
+    role's), or None when ``spec.queueName`` is unset (no condition at all).
+
+    ``replicas``: the replicas the workload asks for; Kueue makes one Workload for each, so
+    fewer Workloads than replicas means Kueue has not seen them all yet.
+    """
+    if not queue_name:
+        return None
+    if not kueue_served:
+        return Admission(
+            True,
+            N.REASON_KUEUE_NOT_INSTALLED,
+            f"spec.queueName {queue_name!r} has no effect: the cluster serves no "
+            f"{KUEUE_API_VERSION} Workload, so nothing waits for quota; {KUEUE_INSTALL_HINT}",
+        )
+    live = sorted((w for w in workloads if not w.finished), key=lambda w: w.name)
+    admitted = sum(1 for w in live if w.admitted)
+    counted = f"{admitted}/{replicas} replicas admitted through LocalQueue {queue_name!r}"
+    evicted = [w for w in live if w.evicted and not w.admitted]
+    if evicted:
+        w = evicted[0]
+        return Admission(
+            False,
+            N.REASON_KUEUE_EVICTED,
+            f"{counted}; Kueue evicted Workload {w.name}: {w.evicted} (its pods are removed "
+            "and it starts again whole once readmitted)",
+        )
+    waiting = [w for w in live if not w.admitted]
+    if waiting:
+        w = waiting[0]
+        if w.quota_reserved:
+            return Admission(
+                False,
+                N.REASON_KUEUE_QUOTA_RESERVED,
+                f"{counted}; Workload {w.name} has quota reserved, its admission checks pending",
+            )
+        why = w.pending or "waiting for Kueue to reserve quota"
+        return Admission(
+            False, N.REASON_KUEUE_PENDING, f"{counted}; Workload {w.name} waits: {why}"
+        )
+    if admitted < replicas:
+        return Admission(
+            False,
+            N.REASON_KUEUE_NO_WORKLOAD,
+            f"{counted}; Kueue has not made a Workload for every replica yet",
+        )
+    return Admission(True, N.REASON_KUEUE_ADMITTED, counted)
+
+
+@dataclass(frozen=True)
+class CheckUpdate:
+    """One admission check state to write on one Workload."""
+
+    workload: str
+    check: str
+    state: str
+    message: str
+
+
+PAIR_READY = "every Workload of both roles has quota reserved: the pair is admitted together"
+
+
+def pair_check_updates(
+    workloads: Mapping[str, Sequence[WorkloadFacts]],
+    wanted: Mapping[str, int],
+    ours: frozenset[str],
+) -> list[CheckUpdate]:
+    """The states of the operator's admission checks (``ours``: their names) to write on one
+    serving's Workloads (by role; ``wanted``: the replicas each role's workload asks for).
+
+    A prefill/decode pair: every check turns Ready together, once every role has all its
+    Workloads with quota reserved; until then Kueue keeps them Pending and no pod of either role
+    is ungated. An aggregated serving (one role, ``""``) has no peer: a Workload's check turns
+    Ready as soon as its quota is reserved. A Ready check is never taken back (Kueue would evict).
+    """
+    live = {role: [w for w in ws if not w.finished] for role, ws in workloads.items()}
+
+    def reserved(ws: Sequence[WorkloadFacts]) -> bool:
+        return all(w.quota_reserved or w.admitted for w in ws)
+
+    pair = set(wanted) - {""}
+    whole = bool(pair) and all(
+        len(live.get(role, [])) >= n and reserved(live.get(role, [])) for role, n in wanted.items()
+    )
+    out = []
+    for ws in live.values():
+        for w in ws:
+            ready = whole if pair else reserved([w])
+            out += [
+                CheckUpdate(w.name, check, "Ready", PAIR_READY if pair else "quota reserved")
+                for check, state in w.checks
+                if check in ours and state != "Ready" and ready
+            ]
+    return out

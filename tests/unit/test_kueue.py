@@ -1,0 +1,304 @@
+"""Kueue: spec.queueName labels every engine workload (never the router), and render says it
+needs Kueue (pure parts; the e2e with the real Kueue is tests/e2e/test_kueue.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+
+from deepseek_operator.api.load import ServingObject, parse_serving
+from deepseek_operator.controller.kueue_watch import workload_record
+from deepseek_operator.controller.pair_admission import PairAdmission, admission_check_record
+from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.kueue import WorkloadFacts, admission, pair_check_updates
+from deepseek_operator.errors import SpecError
+from deepseek_operator.names import KUEUE_QUEUE_LABEL
+from deepseek_operator.nodes.facts import build_inventory
+from deepseek_operator.plan import Observed, plan
+from deepseek_operator.render.workload import render_objects
+from tests.unit.factories import gb200_pool, spec
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SEED = ROOT / "examples/dsv41-flash-gb200.yaml"
+PAIR = ROOT / "examples/dsv41-flash-1p1d-gb200.yaml"
+NOW = "2026-12-07T00:00:00Z"
+WORKLOADS = ("Deployment", "LeaderWorkerSet")
+
+
+def _nodes(name: str = "nodes-gb200.yaml") -> Any:
+    return build_inventory(yaml.safe_load((ROOT / "examples" / name).read_text())["items"])
+
+
+def _queued(objects: list[dict[str, Any]]) -> dict[str, str | None]:
+    """Each object's queue-name label by kind/name (None: unlabelled)."""
+    return {
+        f"{o['kind']}/{o['metadata']['name']}": o["metadata"]
+        .get("labels", {})
+        .get(KUEUE_QUEUE_LABEL)
+        for o in objects
+    }
+
+
+def test_deployment_and_its_pods_carry_the_queue_name() -> None:
+    obj = ServingObject(name="dsv41", namespace="llm", spec=spec(queueName="gpu-team"))
+    deploy, service = render_objects(obj, resolve(obj.spec, gb200_pool()))
+    assert deploy["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "gpu-team"
+    assert deploy["spec"]["template"]["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "gpu-team"
+    # The selector stays as it was: a queue change never orphans the pods.
+    assert KUEUE_QUEUE_LABEL not in deploy["spec"]["selector"]["matchLabels"]
+    assert KUEUE_QUEUE_LABEL not in service["metadata"]["labels"]
+
+
+def test_no_queue_name_no_label() -> None:
+    obj = ServingObject(name="dsv41", namespace="llm", spec=spec())
+    for o in render_objects(obj, resolve(obj.spec, gb200_pool())):
+        assert KUEUE_QUEUE_LABEL not in json.dumps(o)
+
+
+def test_leader_worker_set_carries_the_queue_name() -> None:
+    raw = yaml.safe_load((ROOT / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())
+    raw["spec"]["queueName"] = "gpu-team"
+    p = plan(parse_serving(raw), _nodes("nodes-gb200-nvl72.yaml"), Observed.offline(), NOW)
+    lws = [o for o in p.objects if o["kind"] == "LeaderWorkerSet"]
+    assert len(lws) == 1 and lws[0]["spec"]["leaderWorkerTemplate"]["size"] > 1
+    assert lws[0]["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "gpu-team"
+
+
+def test_both_roles_are_queued_and_the_router_is_not() -> None:
+    raw = yaml.safe_load(PAIR.read_text())
+    raw["spec"]["queueName"] = "gpu-team"
+    p = plan(parse_serving(copy.deepcopy(raw)), _nodes(), Observed.offline(), NOW)
+    queued = _queued(p.objects)
+    engines = {k: v for k, v in queued.items() if k.split("/")[0] in WORKLOADS}
+    router = engines.pop(f"Deployment/{raw['metadata']['name']}-api", "absent")
+    assert router is None, "the router holds no GPUs and is not queued"
+    assert len(engines) == 2 and set(engines.values()) == {"gpu-team"}, engines
+
+
+@pytest.mark.parametrize("value", ["Gpu-Team", "-x", "a" * 64, "a.b", ""])
+def test_a_queue_name_that_is_no_label_value_is_refused_in_one_line(value: str) -> None:
+    raw = yaml.safe_load(SEED.read_text())
+    raw["spec"]["queueName"] = value
+    with pytest.raises(SpecError) as err:
+        parse_serving(raw)
+    line = err.value.one_line()
+    assert "spec.queueName" in line and "\n" not in line
+
+
+def _render(path: pathlib.Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "deepseek_operator.cli", "render", "-f", str(path), *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_render_says_the_queue_name_needs_kueue(tmp_path: pathlib.Path) -> None:
+    raw = yaml.safe_load(SEED.read_text())
+    raw["spec"]["queueName"] = "gpu-team"
+    path = tmp_path / "queued.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    nodes = str(ROOT / "examples/nodes-gb200.yaml")
+    out = _render(path, "--nodes", nodes, "-o", "yaml")
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"info: {path}: spec.queueName 'gpu-team' needs Kueue"), line
+    deploy = next(yaml.safe_load_all(out.stdout))
+    assert deploy["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "gpu-team"
+    # Without a queue name: no info line, and the same objects minus the label.
+    plain = _render(SEED, "--nodes", nodes, "-o", "yaml")
+    assert plain.returncode == 0 and plain.stderr == ""
+
+
+# --- the Admitted condition, from Kueue's Workloads (pure) ------------------------------------
+
+PENDING = (
+    "couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu "
+    "in flavor default-flavor, 4 more needed"
+)
+
+
+def _workload(
+    name: str, owner_kind: str, owner: str, **conditions: tuple[str, str, str]
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "llm",
+            "ownerReferences": [{"kind": owner_kind, "name": owner, "uid": "u"}],
+        },
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "reason": r, "message": m}
+                for t, (s, r, m) in conditions.items()
+            ]
+        },
+    }
+
+
+def test_workload_owners_name_the_serving_and_role() -> None:
+    lws = workload_record(_workload("w1", "LeaderWorkerSet", "pd-decode"))
+    assert lws is not None and lws.owner == ("llm", "pd") and lws.facts.role == "decode"
+    pod = workload_record(_workload("w2", "Pod", "dsv41-7d9f8b6c5d-x2x4q"))
+    assert pod is not None and pod.owner == ("llm", "dsv41") and pod.facts.role == ""
+    assert workload_record(_workload("w3", "Job", "train")) is None
+    assert workload_record(_workload("w4", "Pod", "bare")) is None
+
+
+def test_pending_workload_says_kueues_message_and_ready_waits_for_quota() -> None:
+    record = workload_record(
+        _workload(
+            "w1",
+            "LeaderWorkerSet",
+            "dsv41",
+            QuotaReserved=("False", "Pending", PENDING),
+            Admitted=("False", "NoReservation", "The workload has no reservation"),
+        )
+    )
+    assert record is not None
+    verdict = admission("gpu", True, [record.facts], replicas=1)
+    assert verdict is not None and not verdict.ok
+    assert verdict.reason == "Pending"
+    assert PENDING in verdict.message and "0/1 replicas admitted" in verdict.message
+    obj = ServingObject(name="dsv41", namespace="llm", spec=spec(queueName="gpu"))
+    observed = Observed(workloads={"": (record.facts,)})
+    p = plan(obj, gb200_pool(), observed, NOW)
+    conds = {c.type: c for c in p.status.conditions}
+    assert conds["Admitted"].status == "False" and conds["Admitted"].reason == "Pending"
+    assert conds["Ready"].reason == "WaitingForQuota", conds["Ready"]
+    assert PENDING in conds["Ready"].message
+
+
+def test_admitted_evicted_missing_and_no_kueue() -> None:
+    ok = WorkloadFacts("w1", admitted=True, quota_reserved=True)
+    verdict = admission("gpu", True, [ok], replicas=1)
+    assert verdict is not None and verdict.ok and verdict.reason == "Admitted"
+    evicted = WorkloadFacts("w2", quota_reserved=False, evicted="Preempted: by a higher priority")
+    verdict = admission("gpu", True, [ok, evicted], replicas=2)
+    assert verdict is not None and verdict.reason == "Evicted" and "Preempted" in verdict.message
+    verdict = admission("gpu", True, [ok], replicas=2)
+    assert verdict is not None and verdict.reason == "NoWorkloadYet"
+    verdict = admission("gpu", False, [], replicas=2)
+    assert verdict is not None and verdict.ok and verdict.reason == "KueueNotInstalled"
+    assert admission(None, True, [ok], replicas=1) is None
+
+
+def test_no_queue_name_no_admitted_condition_and_offline_none_either() -> None:
+    obj = ServingObject(name="dsv41", namespace="llm", spec=spec())
+    p = plan(obj, gb200_pool(), Observed(), NOW)
+    assert "Admitted" not in {c.type for c in p.status.conditions}
+    queued = ServingObject(name="dsv41", namespace="llm", spec=spec(queueName="gpu"))
+    p = plan(queued, gb200_pool(), Observed.offline(), NOW)
+    assert "Admitted" not in {c.type for c in p.status.conditions}
+
+
+def test_a_pair_names_the_role_that_waits() -> None:
+    raw = yaml.safe_load(PAIR.read_text())
+    raw["spec"]["queueName"] = "gpu-team"
+    waiting = WorkloadFacts("wd", role="decode", pending=PENDING)
+    admitted = WorkloadFacts("wp", role="prefill", admitted=True, quota_reserved=True)
+    observed = Observed(workloads={"decode": (waiting,), "prefill": (admitted,)})
+    p = plan(parse_serving(raw), _nodes(), observed, NOW)
+    cond = next(c for c in p.status.conditions if c.type == "Admitted")
+    assert cond.status == "False" and cond.reason == "Pending"
+    assert "prefill: 1/1 replicas admitted" in cond.message
+    assert "decode: 0/1 replicas admitted" in cond.message and PENDING in cond.message
+
+
+# --- the operator's admission check: a pair admitted whole (pure) -----------------------------
+
+CHECK = "pd-pair"
+
+
+def _facts(name: str, role: str, *, reserved: bool, state: str = "Pending") -> WorkloadFacts:
+    return WorkloadFacts(name, role=role, quota_reserved=reserved, checks=((CHECK, state),))
+
+
+def test_a_pair_turns_ready_only_when_every_workload_of_both_roles_has_quota() -> None:
+    wanted = {"prefill": 1, "decode": 2}
+    half = {
+        "prefill": [_facts("p0", "prefill", reserved=True)],
+        "decode": [_facts("d0", "decode", reserved=True), _facts("d1", "decode", reserved=False)],
+    }
+    assert pair_check_updates(half, wanted, frozenset({CHECK})) == []
+    missing = {"prefill": [_facts("p0", "prefill", reserved=True)]}
+    assert pair_check_updates(missing, wanted, frozenset({CHECK})) == []
+    whole = {
+        "prefill": [_facts("p0", "prefill", reserved=True)],
+        "decode": [_facts("d0", "decode", reserved=True), _facts("d1", "decode", reserved=True)],
+    }
+    updates = pair_check_updates(whole, wanted, frozenset({CHECK}))
+    assert {(u.workload, u.check, u.state) for u in updates} == {
+        ("p0", CHECK, "Ready"),
+        ("d0", CHECK, "Ready"),
+        ("d1", CHECK, "Ready"),
+    }
+    # Someone else's check is never touched, and a Ready one is not written again.
+    assert pair_check_updates(whole, wanted, frozenset({"other"})) == []
+    done = {r: [_facts(f"{r}0", r, reserved=True, state="Ready")] for r in ("prefill", "decode")}
+    assert pair_check_updates(done, {"prefill": 1, "decode": 1}, frozenset({CHECK})) == []
+
+
+def test_an_aggregated_serving_passes_the_check_per_workload() -> None:
+    workloads = {"": [_facts("a", "", reserved=True), _facts("b", "", reserved=False)]}
+    updates = pair_check_updates(workloads, {"": 2}, frozenset({CHECK}))
+    assert [(u.workload, u.state) for u in updates] == [("a", "Ready")]
+
+
+def test_admission_check_records_keep_only_the_operators() -> None:
+    ours = {
+        "metadata": {"name": "pd-pair"},
+        "spec": {"controllerName": "serving.deepseek-operator.io/pd-pair"},
+    }
+    assert admission_check_record(ours) == ("pd-pair", False)
+    active = {**ours, "status": {"conditions": [{"type": "Active", "status": "True"}]}}
+    assert admission_check_record(active) == ("pd-pair", True)
+    other = {"metadata": {"name": "prov"}, "spec": {"controllerName": "kueue.x-k8s.io/prov"}}
+    assert admission_check_record(other) is None
+    record = workload_record(_workload("w", "LeaderWorkerSet", "pd-prefill"))
+    assert record is not None and record.facts.checks == ()
+
+
+def test_the_operator_marks_its_check_active_and_passes_a_whole_pair() -> None:
+    """controller/pair_admission.py with a recording client: its check marked Active once, the
+    pair's Workloads written Ready once both roles have quota, a stranger's check left alone."""
+    written: list[dict[str, Any]] = []
+
+    class Kube:
+        async def apply_status(self, obj: dict[str, Any]) -> None:
+            written.append(obj)
+
+    whole = {
+        "prefill": (_facts("p0", "prefill", reserved=True),),
+        "decode": (_facts("d0", "decode", reserved=True),),
+    }
+
+    async def run() -> None:
+        pair = PairAdmission(
+            Kube(),  # type: ignore[arg-type]
+            lambda key: whole if key == ("llm", "pd") else {},
+            lambda key: {},
+            lambda: [("llm", "pd")],
+        )
+        pair.check_seen("ADDED", CHECK, (CHECK, False))  # new: Active, and every serving judged
+        pair.check_seen("ADDED", "prov", None)  # someone else's
+        await asyncio.sleep(0)
+        await asyncio.gather(*pair._tasks)
+
+    asyncio.run(run())
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in written)
+    assert kinds == [("AdmissionCheck", CHECK), ("Workload", "d0"), ("Workload", "p0")]
+    check = next(o for o in written if o["kind"] == "AdmissionCheck")
+    assert check["status"]["conditions"][0]["type"] == "Active"
+    entry = next(o for o in written if o["kind"] == "Workload")["status"]["admissionChecks"][0]
+    assert (entry["name"], entry["state"]) == (CHECK, "Ready")
