@@ -53,6 +53,7 @@ MEASURED_S: Mapping[str, float] = {
     "tests/container": 102,
     "tests/integration/test_cel_rules.py": 181,
     "tests/e2e/test_faults.py": 168,
+    "tests/e2e/test_kueue.py": 151,
     "tests/e2e/test_disaggregation.py": 167,
     "tests/integration/test_null_fields.py": 163,
     "tests/integration/test_render_from_cluster.py": 144,
