@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import pathlib
 import subprocess
@@ -18,7 +19,13 @@ from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller.kueue_watch import workload_record
 from deepseek_operator.controller.pair_admission import PairAdmission, admission_check_record
 from deepseek_operator.engine.decision import resolve
-from deepseek_operator.engine.kueue import WorkloadFacts, admission, pair_check_updates
+from deepseek_operator.engine.kueue import (
+    PAIR_HOLD_S,
+    WorkloadFacts,
+    admission,
+    pair_check_updates,
+    pair_retries,
+)
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import KUEUE_QUEUE_LABEL
 from deepseek_operator.nodes.facts import build_inventory
@@ -253,6 +260,93 @@ def test_an_aggregated_serving_passes_the_check_per_workload() -> None:
     workloads = {"": [_facts("a", "", reserved=True), _facts("b", "", reserved=False)]}
     updates = pair_check_updates(workloads, {"": 2}, frozenset({CHECK}))
     assert [(u.workload, u.state) for u in updates] == [("a", "Ready")]
+
+
+def _held(name: str, role: str, *, created: float, reserved_at: float = 0.0) -> WorkloadFacts:
+    return WorkloadFacts(
+        name,
+        role=role,
+        quota_reserved=reserved_at > 0,
+        checks=((CHECK, "Pending"),),
+        created_at=created,
+        reserved_at=reserved_at,
+    )
+
+
+def test_of_two_pairs_holding_one_role_each_the_younger_gives_its_quota_back() -> None:
+    # Pair a (older) holds prefill quota, pair b holds decode quota: neither can ever go whole.
+    wanted = {"prefill": 1, "decode": 1}
+    a = {
+        "prefill": [_held("a-p", "prefill", created=100, reserved_at=200)],
+        "decode": [_held("a-d", "decode", created=100)],
+    }
+    b = {
+        "prefill": [_held("b-p", "prefill", created=150)],
+        "decode": [_held("b-d", "decode", created=150, reserved_at=210)],
+    }
+    pairs = {("llm", "a"): (a, wanted), ("llm", "b"): (b, wanted)}
+    ours = frozenset({CHECK})
+    early = pair_retries(pairs, ours, now=210 + PAIR_HOLD_S - 1)
+    assert early.updates == () and early.next_at == 210 + PAIR_HOLD_S
+    late = pair_retries(pairs, ours, now=210 + PAIR_HOLD_S)
+    assert [(ns, u.workload, u.check, u.state) for ns, u in late.updates] == [
+        ("llm", "b-d", CHECK, "Retry")
+    ]
+    assert "'b'" in late.updates[0][1].message and late.next_at is None
+    # Order by age, not by name: with b older, a gives its prefill quota back instead.
+    b_older = {k: [dataclasses.replace(w, created_at=50) for w in ws] for k, ws in b.items()}
+    pairs = {("llm", "a"): (a, wanted), ("llm", "b"): (b_older, wanted)}
+    late = pair_retries(pairs, ours, now=1_000)
+    assert [u.workload for _, u in late.updates] == ["a-p"]
+
+
+def test_a_lone_holder_a_whole_pair_and_an_aggregated_serving_keep_their_quota() -> None:
+    wanted = {"prefill": 1, "decode": 1}
+    alone = {
+        "prefill": [_held("a-p", "prefill", created=100, reserved_at=200)],
+        "decode": [_held("a-d", "decode", created=100)],
+    }
+    assert pair_retries({("llm", "a"): (alone, wanted)}, frozenset({CHECK}), 10_000).updates == ()
+    whole = {r: [_held(f"w-{r}", r, created=50, reserved_at=60)] for r in wanted}
+    agg = {"": [_held("g", "", created=10, reserved_at=20), _held("h", "", created=10)]}
+    younger = {
+        "prefill": [_held("y-p", "prefill", created=300, reserved_at=310)],
+        "decode": [_held("y-d", "decode", created=300)],
+    }
+    pairs = {
+        ("llm", "w"): (whole, wanted),
+        ("llm", "g"): (agg, {"": 2}),
+        ("llm", "y"): (younger, wanted),
+    }
+    # Neither the whole pair nor the aggregated serving counts as a holder: y is the only one.
+    assert pair_retries(pairs, frozenset({CHECK}), 10_000).updates == ()
+    # A check that is not ours is never set to Retry.
+    pairs = {("llm", "a"): (alone, wanted), ("llm", "y"): (younger, wanted)}
+    assert pair_retries(pairs, frozenset({"other"}), 10_000).updates == ()
+
+
+def test_workload_records_carry_when_quota_was_reserved() -> None:
+    record = workload_record(
+        {
+            "metadata": {
+                "name": "w",
+                "namespace": "llm",
+                "creationTimestamp": "2026-12-07T10:00:00Z",
+                "ownerReferences": [{"kind": "LeaderWorkerSet", "name": "dsv41-decode"}],
+            },
+            "status": {
+                "conditions": [
+                    {
+                        "type": "QuotaReserved",
+                        "status": "True",
+                        "lastTransitionTime": "2026-12-07T10:00:30Z",
+                    }
+                ]
+            },
+        }
+    )
+    assert record is not None and record.facts.role == "decode"
+    assert record.facts.reserved_at - record.facts.created_at == 30
 
 
 def test_admission_check_records_keep_only_the_operators() -> None:

@@ -15,6 +15,7 @@ rewrites the workload.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,8 +94,22 @@ def workload_record(workload: Mapping[str, Any]) -> WorkloadRecord | None:
                 for c in status.get("admissionChecks") or []
                 if isinstance(c, Mapping)
             ),
+            created_at=_seconds(meta.get("creationTimestamp")),
+            reserved_at=(
+                _seconds(reserved.get("lastTransitionTime"))
+                if reserved.get("status") == "True"
+                else 0.0
+            ),
         ),
     )
+
+
+def _seconds(timestamp: Any) -> float:
+    """An API timestamp (RFC 3339, UTC) in seconds since the epoch; 0 when absent or unreadable."""
+    try:
+        return dt.datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 class Workloads:

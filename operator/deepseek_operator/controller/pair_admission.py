@@ -18,11 +18,18 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.engine.kueue import CheckUpdate, WorkloadFacts, pair_check_updates
+from deepseek_operator.engine.kueue import (
+    PAIR_HOLD_S,
+    CheckUpdate,
+    WorkloadFacts,
+    pair_check_updates,
+    pair_retries,
+)
 from deepseek_operator.names import (
     KUEUE_API_VERSION,
     KUEUE_PAIR_CHECK_CONTROLLER,
@@ -59,6 +66,7 @@ class PairAdmission:
         workloads_of: Callable[[ServingKey], Mapping[str, tuple[WorkloadFacts, ...]]],
         children_of: Callable[[ServingKey], Mapping[tuple[str, str], Mapping[str, Any]]],
         owners: Callable[[], Iterable[ServingKey]] = tuple,
+        hold_s: float = PAIR_HOLD_S,
     ) -> None:
         self.kube = kube
         self.workloads_of = workloads_of
@@ -66,6 +74,8 @@ class PairAdmission:
         self.owners = owners  # every serving with Workloads (a new check re-judges them all)
         self.checks: dict[str, bool] = {}  # our AdmissionChecks: name -> Active
         self._tasks: set[asyncio.Task[None]] = set()
+        self.hold_s = hold_s  # how long a younger pair may hold one role's quota alone
+        self._recheck: asyncio.TimerHandle | None = None  # the one timer for the next expiry
 
     def checks_listed(self, snapshot: Mapping[str, CheckRecord | None]) -> None:
         """A full listing of AdmissionChecks (cluster-scoped)."""
@@ -88,7 +98,8 @@ class PairAdmission:
             self._spawn(self._activate(name))  # its event (Active) comes back and ends this
 
     def owners_changed(self, owners: Iterable[ServingKey]) -> None:
-        """Write the check states the Workloads of ``owners`` now call for (ours only)."""
+        """Write the check states the Workloads of ``owners`` now call for (ours only), then
+        give back quota that a younger pair holds too long (:func:`pair_retries`)."""
         if not self.checks:
             return
         ours = frozenset(self.checks)
@@ -96,11 +107,42 @@ class PairAdmission:
             workloads = self.workloads_of((namespace, name))
             if not workloads:
                 continue
-            children = self.children_of((namespace, name))
-            wanted = {role: self._replicas(children, name, role) for role in workloads}
             # Written until the Workload's own event shows it Ready (an apply is idempotent).
-            for update in pair_check_updates(workloads, wanted, ours):
+            for update in pair_check_updates(
+                workloads, self._wanted(namespace, name, workloads), ours
+            ):
                 self._spawn(self._set_check(namespace, update))
+        self._release_holds(ours)
+
+    def _wanted(
+        self, namespace: str, name: str, workloads: Mapping[str, tuple[WorkloadFacts, ...]]
+    ) -> dict[str, int]:
+        children = self.children_of((namespace, name))
+        return {role: self._replicas(children, name, role) for role in workloads}
+
+    def _release_holds(self, ours: frozenset[str]) -> None:
+        """Retry on the quota younger pairs hold while their peer has none; look again when
+        the next hold expires (no Workload event marks that moment)."""
+        pairs = {}
+        for key in self.owners():
+            workloads = self.workloads_of(key)
+            if set(workloads) - {""}:
+                pairs[key] = (workloads, self._wanted(key[0], key[1], workloads))
+        retries = pair_retries(pairs, ours, time.time(), self.hold_s)
+        for namespace, update in retries.updates:
+            log.info("Kueue Workload %s/%s: %s", namespace, update.workload, update.message)
+            self._spawn(self._set_check(namespace, update))
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        if retries.next_at is not None:
+            delay = max(0.0, retries.next_at - time.time()) + 1.0
+            self._recheck = asyncio.get_running_loop().call_later(delay, self._recheck_holds)
+
+    def _recheck_holds(self) -> None:
+        self._recheck = None
+        if self.checks:
+            self._release_holds(frozenset(self.checks))
 
     @staticmethod
     def _replicas(

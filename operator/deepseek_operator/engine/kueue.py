@@ -57,6 +57,8 @@ class WorkloadFacts:
     evicted: str = ""  # "<reason>: <message>" of Evicted=True (preempted, quota shrank, ...)
     finished: bool = False  # condition Finished=True (its pods ended; not counted)
     checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
+    created_at: float = 0.0  # metadata.creationTimestamp, seconds since the epoch
+    reserved_at: float = 0.0  # when QuotaReserved turned True (0: not reserved)
 
 
 @dataclass(frozen=True)
@@ -149,22 +151,98 @@ def pair_check_updates(
     is ungated. An aggregated serving (one role, ``""``) has no peer: a Workload's check turns
     Ready as soon as its quota is reserved. A Ready check is never taken back (Kueue would evict).
     """
-    live = {role: [w for w in ws if not w.finished] for role, ws in workloads.items()}
-
-    def reserved(ws: Sequence[WorkloadFacts]) -> bool:
-        return all(w.quota_reserved or w.admitted for w in ws)
-
+    live = _live(workloads)
     pair = set(wanted) - {""}
-    whole = bool(pair) and all(
-        len(live.get(role, [])) >= n and reserved(live.get(role, [])) for role, n in wanted.items()
-    )
+    whole = bool(pair) and _whole(live, wanted)
     out = []
     for ws in live.values():
         for w in ws:
-            ready = whole if pair else reserved([w])
+            ready = whole if pair else _reserved([w])
             out += [
                 CheckUpdate(w.name, check, "Ready", PAIR_READY if pair else "quota reserved")
                 for check, state in w.checks
                 if check in ours and state != "Ready" and ready
             ]
     return out
+
+
+def _live(workloads: Mapping[str, Sequence[WorkloadFacts]]) -> dict[str, list[WorkloadFacts]]:
+    return {role: [w for w in ws if not w.finished] for role, ws in workloads.items()}
+
+
+def _reserved(ws: Sequence[WorkloadFacts]) -> bool:
+    return all(w.quota_reserved or w.admitted for w in ws)
+
+
+def _whole(live: Mapping[str, Sequence[WorkloadFacts]], wanted: Mapping[str, int]) -> bool:
+    return all(
+        len(live.get(role, [])) >= n and _reserved(live.get(role, [])) for role, n in wanted.items()
+    )
+
+
+#: How long a role of a pair may hold reserved quota while its peer has none, before the
+#: operator gives it back (docs/kueue.md, "Quota held while the peer waits").
+PAIR_HOLD_S = 120.0
+
+PairKey = tuple[str, str]  # (namespace, serving)
+
+
+@dataclass(frozen=True)
+class PairRetries:
+    """Check states that give held quota back, and when the rule must look again."""
+
+    updates: tuple[tuple[str, CheckUpdate], ...]  # (namespace, update)
+    next_at: float | None  # the earliest time a hold now younger than the limit expires
+
+
+def pair_retries(
+    pairs: Mapping[PairKey, tuple[Mapping[str, Sequence[WorkloadFacts]], Mapping[str, int]]],
+    ours: frozenset[str],
+    now: float,
+    hold_s: float = PAIR_HOLD_S,
+) -> PairRetries:
+    """Which pairs give back the quota one role holds while the other role has none.
+
+    ``pairs``: every disaggregated serving with Workloads, as (Workloads by role, replicas each
+    role asks for). Two pairs can each hold one role's quota with none left for either peer: a
+    deadlock only a release ends. The rule releases by age (wound-wait): the pair whose oldest
+    Workload is oldest keeps what it holds; every younger pair holding quota for longer than
+    ``hold_s`` sets its checks to ``Retry``, Kueue releases that quota and requeues the Workloads
+    behind those already waiting, so the oldest pair's peer gets it. One pair alone never
+    releases: nothing else could use what it holds sooner.
+    """
+    holders: list[tuple[float, PairKey, list[WorkloadFacts]]] = []
+    for key, (workloads, wanted) in pairs.items():
+        if not set(wanted) - {""}:
+            continue  # aggregated: nothing to wait for
+        live = _live(workloads)
+        if _whole(live, wanted):
+            continue
+        held = [
+            w
+            for ws in live.values()
+            for w in ws
+            if w.quota_reserved and not w.admitted and any(c in ours for c, _ in w.checks)
+        ]
+        if held:
+            age = min(w.created_at for ws in live.values() for w in ws)
+            holders.append((age, key, held))
+    holders.sort(key=lambda h: (h[0], h[1]))
+    updates: list[tuple[str, CheckUpdate]] = []
+    next_at: float | None = None
+    for _age, (namespace, name), held in holders[1:]:  # the oldest keeps its quota
+        for w in held:
+            expires = w.reserved_at + hold_s
+            if now < expires:
+                next_at = expires if next_at is None else min(next_at, expires)
+                continue
+            message = (
+                f"serving {name!r}: this role held quota {hold_s:.0f} s while its peer had none "
+                f"and an older pair waited; released for it, requeued"
+            )
+            updates += [
+                (namespace, CheckUpdate(w.name, check, "Retry", message))
+                for check, state in w.checks
+                if check in ours and state != "Retry"
+            ]
+    return PairRetries(tuple(updates), next_at)
