@@ -352,12 +352,21 @@ def test_the_operators_admission_check_admits_a_pair_whole(
         assert pods and all(_gated(p) and not p["spec"].get("nodeName") for p in pods), [
             (p["metadata"]["name"], p["spec"].get("nodeName")) for p in pods
         ]
-        obj = wait_condition(cp, namespace, "Admitted", "False", name="two")
-        reasons = {
-            r["role"]: condition({"status": r}, "Admitted").get("reason")
-            for r in obj["status"]["roles"]
-        }
-        assert sorted(reasons.values()) == ["Pending", "QuotaReserved"], reasons
+
+        def role_reasons() -> dict[str, Any]:
+            obj = cp.kubectl_json("get", "dss", "two", "-n", namespace)
+            return {
+                r["role"]: condition({"status": r}, "Admitted").get("reason")
+                for r in (obj.get("status") or {}).get("roles") or []
+            }
+
+        # The status follows Kueue's Workload events: wait for it to show both of them (an
+        # earlier status may still say NoWorkloadYet for the role Kueue made a Workload for last).
+        wait_for(
+            lambda: sorted(role_reasons().values()) == ["Pending", "QuotaReserved"],
+            timeout=60,
+            what="pair two's Admitted per role: Pending and QuotaReserved",
+        )
 
         cp.kubectl("delete", "dss", "one", "-n", namespace, "--wait=false")
         wait_for(lambda: _pair_running(cp, namespace, "two"), timeout=240, what="pair two Running")
