@@ -14,7 +14,10 @@ from typing import Any
 import kopf
 import pytest
 
-from deepseek_operator.controller.kube import (
+from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
+from deepseek_operator.controller.state import keep_out_of_gc
+from deepseek_operator.controller.wiring import NoDiffBase
+from deepseek_operator.kube.client import (
     ApiError,
     EncodedObject,
     ForeignObject,
@@ -22,9 +25,6 @@ from deepseek_operator.controller.kube import (
     KubeError,
     refusal,
 )
-from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
-from deepseek_operator.controller.state import keep_out_of_gc
-from deepseek_operator.controller.wiring import NoDiffBase
 from deepseek_operator.nodes.facts import node_facts
 from tests.unit.factories import agent_labels, node
 
@@ -347,7 +347,7 @@ def test_a_child_not_seen_yet_is_read_first_and_written_only_when_absent_or_ours
 def test_bodies_go_out_as_utf8_with_only_what_yaml_refuses_escaped() -> None:
     import json as json_
 
-    from deepseek_operator.controller.kube import encode_body
+    from deepseek_operator.kube.client import encode_body
 
     body = {"v": "\x7f \x85 \ufeff \u00e9 \U0001f642 \x01"}
     sent = encode_body(body)
@@ -358,7 +358,7 @@ def test_bodies_go_out_as_utf8_with_only_what_yaml_refuses_escaped() -> None:
 
 
 def test_retry_after_reads_seconds_and_caps_them() -> None:
-    from deepseek_operator.controller.api_errors import RETRY_AFTER_MAX_S, retry_after
+    from deepseek_operator.kube.api_errors import RETRY_AFTER_MAX_S, retry_after
 
     assert retry_after("3", 1.0) == 3.0
     assert retry_after(None, 2.0) == 2.0

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import LWS_KIND
 
 log = logging.getLogger("deepseek_operator.controller")

@@ -40,18 +40,14 @@ from deepseek_operator.actions.children import pack_body, unpack_body
 from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import involved_object, reduced_child
-from deepseek_operator.controller.encoding import (
-    EncodedApply,
-    EncodedObject,
-    encoded_apply,
-    encoded_writes,
-)
-from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
+from deepseek_operator.controller.encoding import EncodedApply, encoded_apply, encoded_writes
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.controller.records import resource_version as _rv
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
+from deepseek_operator.kube.client import ForeignObject, KubeClient, OwnerGone, refusal
+from deepseek_operator.kube.encoding import EncodedObject
 from deepseek_operator.names import LWS_KIND, role_object_name
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan

@@ -24,8 +24,6 @@ from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import Stores, kept
 from deepseek_operator.controller.discovery import ClusterApiProbe
-from deepseek_operator.controller.kube import KubeClient
-from deepseek_operator.controller.list_watch import ListWatch, WatchLoop
 from deepseek_operator.controller.node_events import NodeEvents
 from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.peering_gate import PeeringGate
@@ -39,7 +37,9 @@ from deepseek_operator.controller.watches import (
     Asks,
     Watch,
 )
-from deepseek_operator.credentials import Credentials
+from deepseek_operator.kube.client import KubeClient
+from deepseek_operator.kube.credentials import Credentials
+from deepseek_operator.kube.list_watch import ListWatch, WatchLoop
 from deepseek_operator.names import DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
 

@@ -61,7 +61,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
 
 
 def login(memo: OperatorState, **_: Any) -> kopf.ConnectionInfo:
-    """kopf's credentials: the same as our own client's (:mod:`deepseek_operator.credentials`), read again each
+    """kopf's credentials: the same as our own client's (:mod:`deepseek_operator.kube.credentials`), read again each
     time kopf asks (after a 401, for a rotated token)."""
     info: kopf.ConnectionInfo = memo.kube.credentials().connection_info()
     return info
