@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.node_tracker import facts_of
 from deepseek_operator.controller.records import KeptBody
 from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.nodes.facts import NodeFacts

@@ -90,9 +90,8 @@ class StatefulSetRefusals:
 
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        # uid -> (resourceVersion, times read, the Event's message or None)
-        self._seen: dict[str, tuple[str, int, str | None]] = {}
-        self._last_read: dict[str, float] = {}
+        # uid -> (resourceVersion, times read, the Event's message or None, when last read)
+        self._seen: dict[str, tuple[str, int, str | None, float]] = {}
 
     async def read(
         self,
@@ -135,20 +134,18 @@ class StatefulSetRefusals:
         per ``version``, re-read a few times while there is none), and the recheck delay."""
         if not uid or not missing:
             self._seen.pop(uid, None)
-            self._last_read.pop(uid, None)
             return None, None
-        seen_version, reads, message = self._seen.get(uid, ("", 0, None))
+        seen_version, reads, message, last_read = self._seen.get(uid, ("", 0, None, 0.0))
         if seen_version != version:
             reads, message = 0, None
-        due = time.monotonic() - self._last_read.get(uid, 0.0) >= RECHECK_S
+        due = time.monotonic() - last_read >= RECHECK_S
         if message is None and reads < RECHECKS and (reads == 0 or due):
             message = await self._read(namespace, uid, targets)
             reads += 1
-            self._last_read[uid] = time.monotonic()
+            last_read = time.monotonic()
         if len(self._seen) >= CACHE_LIMIT:
             self._seen.clear()
-            self._last_read.clear()
-        self._seen[uid] = (version, reads, message)
+        self._seen[uid] = (version, reads, message, last_read)
         if message:
             return message, None
         return None, (RECHECK_S if reads < RECHECKS else None)

@@ -38,8 +38,7 @@ from typing import Any
 
 from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, LWS_CRD
-from deepseek_operator.controller.node_tracker import slice_of
-from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.node_tracker import facts_of, slice_of
 from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_record
 from deepseek_operator.kube.client import group_version_prefix
 from deepseek_operator.names import (
