@@ -207,7 +207,11 @@ def test_the_peering_gate_follows_kopfs_rule() -> None:
 
 
 def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
-    from deepseek_operator.controller.cache import Stores, reduced_statefulset
+    from deepseek_operator.controller.cache import (
+        OwnedIndex,
+        reduced_statefulset,
+        statefulset_owner,
+    )
     from deepseek_operator.names import LWS_NAME_LABEL
 
     def sts(name: str, lws: str, rv: int) -> dict[str, Any]:
@@ -215,19 +219,31 @@ def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
                 "labels": {LWS_NAME_LABEL: lws, "other": "x"}, "managedFields": [{}]}  # fmt: skip
         return reduced_statefulset({"metadata": meta, "spec": {"replicas": 2, "template": {}}})
 
-    stores = Stores()
-    assert stores.statefulsets_listed({"llm/a-0": sts("a-0", "a", 1), "llm/b-0": sts("b-0", "b", 1)}) == {
+    stores: OwnedIndex[str, dict[str, Any]] = OwnedIndex()
+
+    def listed(snapshot: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
+        return stores.replace(
+            lambda key: True, {k: (statefulset_owner("llm", b), b) for k, b in snapshot.items()}
+        )
+
+    def seen(key: str, body: dict[str, Any] | None) -> set[tuple[str, str]]:
+        return stores.put(key, statefulset_owner("llm", body), body)
+
+    assert listed({"llm/a-0": sts("a-0", "a", 1), "llm/b-0": sts("b-0", "b", 1)}) == {
         ("llm", "a"), ("llm", "b"),
     }  # fmt: skip
-    kept = stores.lws_statefulsets(("llm", "a"))
+    kept = list(stores.of(("llm", "a")).values())
     assert kept == [sts("a-0", "a", 1)] and "managedFields" not in kept[0]["metadata"]
     assert kept[0]["spec"] == {"replicas": 2}
-    assert stores.statefulset_seen("llm/a-1", sts("a-1", "a", 2)) == ("llm", "a")
-    assert len(stores.lws_statefulsets(("llm", "a"))) == 2
-    assert stores.statefulset_seen("llm/a-0", None) == ("llm", "a")
-    assert [s["metadata"]["name"] for s in stores.lws_statefulsets(("llm", "a"))] == ["a-1"]
+    assert seen("llm/a-1", sts("a-1", "a", 2)) == {("llm", "a")}
+    assert len(stores.of(("llm", "a"))) == 2
+    assert seen("llm/a-0", None) == {("llm", "a")}
+    assert [s["metadata"]["name"] for s in stores.of(("llm", "a")).values()] == ["a-1"]
+    # A StatefulSet relabelled to another LeaderWorkerSet moves: both are told.
+    assert seen("llm/a-1", sts("a-1", "b", 3)) == {("llm", "a"), ("llm", "b")}
+    assert seen("llm/a-1", sts("a-1", "a", 2)) == {("llm", "a"), ("llm", "b")}
     relisted = {"llm/a-1": sts("a-1", "a", 2), "llm/b-0": sts("b-0", "b", 5)}
-    assert stores.statefulsets_listed(relisted) == {("llm", "b")}
+    assert listed(relisted) == {("llm", "b")}
 
 
 def test_kopf_is_given_no_diff_base_to_deep_copy() -> None:

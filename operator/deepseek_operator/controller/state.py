@@ -22,12 +22,19 @@ import kopf
 
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.cache import Stores, kept
+from deepseek_operator.controller.cache import (
+    OwnedIndex,
+    child_owner,
+    kept,
+    live_children,
+    statefulset_owner,
+    within,
+)
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.node_events import NodeEvents
 from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.peering_gate import PeeringGate
-from deepseek_operator.controller.pod_watch import PodGroups, PodKey, PodRecord, pod_key
+from deepseek_operator.controller.pod_watch import PodGroups, pod_key
 from deepseek_operator.controller.queue import ReconcileQueue
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.controller.records import KeptBody, Records, ServingKey
@@ -71,7 +78,7 @@ class OperatorState(NodeEvents):
     ) -> None:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
-        self.peering = PeeringGate(priority if peering else None)
+        self.peering = PeeringGate(priority if peering else None, peering)
         self.kube = KubeClient(credentials=credentials)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
@@ -83,7 +90,10 @@ class OperatorState(NodeEvents):
             records=self.records,
         )
         self.nodes = NodeTracker()
-        self.stores = Stores()
+        # Children by owner: (kind, namespace/name) → the reduced body (the child watches).
+        self.children: OwnedIndex[tuple[str, str], dict[str, Any]] = OwnedIndex()
+        # LeaderWorkerSets' StatefulSets by LeaderWorkerSet: namespace/name → the reduced body.
+        self.statefulsets: OwnedIndex[str, dict[str, Any]] = OwnedIndex()
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
         self.children_listed = asyncio.Event()  # set once every child watch has listed once
         self._unlisted: set[str] = set()  # child watches yet to list
@@ -114,9 +124,9 @@ class OperatorState(NodeEvents):
         return {
             "records": len(records),
             "pending": len(self.queue),
-            "child_owners": len(self.stores.children),
-            "children": self.stores.child_count(),
-            "statefulsets": len(self.stores.statefulsets),
+            "child_owners": len(self.children.by_owner),
+            "children": len(self.children),
+            "statefulsets": len(self.statefulsets.by_owner),
             "pods": len(self.pods),
             "apply_responses": sum(len(rec.applied) for _key, rec in records),
             "applies_in_flight": sum(len(rec.in_flight) for _key, rec in records),
@@ -174,31 +184,23 @@ class OperatorState(NodeEvents):
             return functools.partial(self.claims_seen, name), self.claim_seen
         if spec.asks is Asks.OWNER_STATUS:  # pods
             return (
-                lambda snapshot: self.pods_listed(
-                    namespace, {pod_key(k): r for k, r in snapshot.items() if r is not None}
+                lambda listed: self.pods_changed(
+                    self.pods.replace_in(
+                        namespace, {pod_key(k): r for k, r in listed.items() if r is not None}
+                    )
                 ),
-                lambda t, key, record: self.pod_seen(
-                    pod_key(key), None if t == "DELETED" else record
+                lambda t, key, record: self.pods_changed(
+                    self.pods.observe(pod_key(key), None if t == "DELETED" else record)
                 ),
             )
         if spec.child:
             return (
-                functools.partial(self.children_seen, spec.kind, name),
+                functools.partial(self.children_seen, spec.kind, namespace, name),
                 functools.partial(self.child_seen, spec.kind),
             )
         if spec.kind == "StatefulSet":
-            return functools.partial(self.statefulsets_seen, name), self.statefulset_seen
-        return self._peerings_listed, self._peering_seen
-
-    def _ours(self, key: str) -> bool:
-        return key.rpartition("/")[2] == self.peering_name
-
-    def _peerings_listed(self, listed: dict[str, dict[str, Any]]) -> None:
-        self.peering.listed_all({k: v for k, v in listed.items() if self._ours(k)})
-
-    def _peering_seen(self, kind: str, key: str, obj: dict[str, Any]) -> None:
-        if self._ours(key):
-            self.peering.seen(kind, key, obj)
+            return functools.partial(self.statefulsets_seen, namespace, name), self.statefulset_seen
+        return self.peering.listed_all, self.peering.seen  # kopf's peering object
 
     def stop_watches(self) -> None:
         """Close every watch."""
@@ -212,14 +214,6 @@ class OperatorState(NodeEvents):
         for served_by, watch in self.crd_watches:
             if served_by == crd:
                 watch.poke()
-
-    def pods_listed(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> None:
-        """A full listing of our LWS pods in ``namespace`` (None: every namespace)."""
-        self.pods_changed(self.pods.replace(namespace, snapshot))
-
-    def pod_seen(self, key: PodKey, record: PodRecord | None) -> None:
-        """One pod event (``record`` None: deleted)."""
-        self.pods_changed(self.pods.observe(key, record))
 
     def pods_changed(self, owners: set[ServingKey]) -> None:
         """Refresh the status of the DeepSeekServings whose group pods changed (status only)."""
@@ -236,9 +230,15 @@ class OperatorState(NodeEvents):
             self.nodes_changed(changes)
         self.nodes_listed.set()
 
-    def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
-        """A full listing of one child kind (at start, or after its watch expired)."""
-        changed = self.stores.children_listed(kind, listed)
+    def children_seen(
+        self, kind: str, namespace: str | None, watch: str, listed: dict[str, dict[str, Any]]
+    ) -> None:
+        """A full listing of one child kind in ``namespace`` (None: every namespace), at start
+        or after its watch expired."""
+        changed = self.children.replace(
+            lambda k: k[0] == kind and within(namespace, k[1]),
+            {(kind, k): (child_owner(k.partition("/")[0], b), b) for k, b in listed.items()},
+        )
         self._listed(watch, changed)
 
     def _listed(self, watch: str, changed: set[ServingKey]) -> None:
@@ -256,7 +256,10 @@ class OperatorState(NodeEvents):
         """One event of a child: readiness, a hand edit, a deletion: reconcile its owner."""
         deleted = type_ == "DELETED"
         namespace, _, name = key.partition("/")
-        owner = self.stores.child_seen(kind, key, None if deleted else body)
+        owner = None if deleted else child_owner(namespace, body)
+        # Its owner now, else (deleted, unlabelled) the one it had.
+        changed = self.children.put((kind, key), owner, None if deleted else body)
+        owner = owner or next(iter(changed), None)
         if deleted:
             self.records.child_deleted(namespace, kind, name, owner[1] if owner else None)
         if owner is None:
@@ -265,18 +268,26 @@ class OperatorState(NodeEvents):
             return  # the watch echoing our own apply
         self._owner_changed(owner)
 
-    def statefulsets_seen(self, watch: str, listed: dict[str, dict[str, Any]]) -> None:
-        """A full listing of LeaderWorkerSets' StatefulSets."""
-        changed = self.stores.statefulsets_listed(listed)
+    def statefulsets_seen(
+        self, namespace: str | None, watch: str, listed: dict[str, dict[str, Any]]
+    ) -> None:
+        """A full listing of LeaderWorkerSets' StatefulSets in ``namespace`` (None: all)."""
+        changed = self.statefulsets.replace(
+            lambda k: within(namespace, k),
+            {k: (statefulset_owner(k.partition("/")[0], b), b) for k, b in listed.items()},
+        )
         self._listed(watch, changed)
 
     def statefulset_seen(self, type_: str, key: str, body: dict[str, Any]) -> None:
         """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves,
         if any (our LeaderWorkerSet is named after it), so pods its controller cannot create
         surface as ``PodsRefused``."""
-        lws = self.stores.statefulset_seen(key, None if type_ == "DELETED" else body)
-        if lws is not None:
-            self._owner_changed(lws)
+        owner = None if type_ == "DELETED" else statefulset_owner(key.partition("/")[0], body)
+        changed = self.statefulsets.put(key, owner, body)
+        if owner is not None or type_ == "DELETED":  # its LeaderWorkerSet now, else the old one
+            lws = owner or next(iter(changed), None)
+            if lws is not None:
+                self._owner_changed(lws)
 
     def _owner_changed(self, key: ServingKey) -> None:
         # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
@@ -321,14 +332,13 @@ class OperatorState(NodeEvents):
         """Reconcile ``key`` with whatever the stores hold once its turn comes."""
         await self.nodes_listed.wait()  # never decide on a partial inventory
         await self.children_listed.wait()  # nor on a partial view of what exists
-        stores = self.stores
         return await self.reconciler.reconcile(
             key,
             lambda: self.body(key),
             self.nodes.inventory,
-            lambda: stores.live_children(key),
+            lambda: live_children(self.children.of(key)),
             trigger,
-            statefulsets_of=lambda: stores.lws_statefulsets(key),
+            statefulsets_of=lambda: list(self.statefulsets.of(key).values()),
             groups_of=lambda: self.pods.by_role(key),
             status_only=status_only,
         )
