@@ -124,7 +124,7 @@ def test_a_relisting_reports_nodes_added_changed_and_gone() -> None:
 
 
 def test_stores_keep_bodies_without_managed_fields_or_kopf_annotations() -> None:
-    from deepseek_operator.controller.cache import kept as _kept
+    from deepseek_operator.actions.children import kept as _kept
 
     body = {
         "kind": "Deployment",
@@ -207,11 +207,8 @@ def test_the_peering_gate_follows_kopfs_rule() -> None:
 
 
 def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
-    from deepseek_operator.controller.cache import (
-        OwnedIndex,
-        reduced_statefulset,
-        statefulset_owner,
-    )
+    from deepseek_operator.actions.children import reduced_statefulset
+    from deepseek_operator.controller.cache import OwnedIndex, statefulset_owner
     from deepseek_operator.names import LWS_NAME_LABEL
 
     def sts(name: str, lws: str, rv: int) -> dict[str, Any]:

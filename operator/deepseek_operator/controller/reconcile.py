@@ -36,10 +36,14 @@ from deepseek_operator.actions import (
     plan_write_actions,
     split_children,
 )
-from deepseek_operator.actions.children import pack_body, unpack_body
+from deepseek_operator.actions.children import (
+    involved_object,
+    pack_body,
+    reduced_child,
+    unpack_body,
+)
 from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.cache import involved_object, reduced_child
 from deepseek_operator.controller.encoding import EncodedApply, encoded_apply, encoded_writes
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord

@@ -21,11 +21,11 @@ from typing import Any
 import kopf
 
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
+from deepseek_operator.actions.children import kept
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import (
     OwnedIndex,
     child_owner,
-    kept,
     live_children,
     statefulset_owner,
     within,

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
+from deepseek_operator.actions.children import kept, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, LWS_CRD
 from deepseek_operator.controller.node_tracker import facts_of, slice_of
 from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_record
