@@ -14,7 +14,8 @@ import yaml
 from deepseek_operator import names
 from deepseek_operator.api.load import parse_serving
 from deepseek_operator.commands.render.inputs import load_nodes_file
-from deepseek_operator.nodes.dra import parse_quantity_bytes, read_slices
+from deepseek_operator.nodes.dra import read_slices
+from deepseek_operator.nodes.dra_values import parse_quantity_bytes
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.nodes.precedence import (
     COMPUTE,

@@ -15,15 +15,21 @@ never let one in.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from deepseek_operator import names
 from deepseek_operator.catalog.gpus import sm_family
 from deepseek_operator.nodes.claims import ClaimOwner, HeldDevice
+from deepseek_operator.nodes.dra_values import (
+    capacity_name,
+    device_attribute,
+    gfd_style_product,
+    parse_quantity_bytes,
+    parse_version_cc,
+    typed_value,
+)
 
 MIXED = "mixed"
 # Attribute names the decision reads, as the driver writes them (cmd/gpu-kubelet-plugin).
@@ -39,25 +45,6 @@ _REQUIRED: tuple[tuple[str, str], ...] = (
     (ATTR_ARCHITECTURE, "string"),
     (ATTR_CC, "version"),
 )
-_VALUE_FIELDS = ("int", "bool", "string", "version")
-_SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:[-+][0-9A-Za-z.+-]*)?")
-_QUANTITY = re.compile(r"([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)([A-Za-z]*|[eE][+-]?[0-9]+)")
-_SUFFIX = {
-    "": 1,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-}
-_GFD_DROP = re.compile(r"[^A-Za-z0-9\-_. ]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +90,7 @@ class DraGpus:
             if owner is not None and owner.owns(h):
                 continue
             key = (h.pool, h.device)
-            amounts = [(_capacity_name(n), parse_quantity_bytes(q)) for n, q in h.consumed]
+            amounts = [(capacity_name(n), parse_quantity_bytes(q)) for n, q in h.consumed]
             if not shares.get(key) or not amounts or any(a is None for _, a in amounts):
                 taken.add(key)  # a whole device, or a share we cannot read: held whole
                 continue
@@ -181,51 +168,6 @@ def _common(values: Sequence[str]) -> str | None:
     return values[0] if len(set(values)) == 1 else MIXED
 
 
-def gfd_style_product(name: str) -> str:
-    """``NVIDIA B300 SXM6 AC`` → ``NVIDIA-B300-SXM6-AC``: the NVML name the driver publishes, as
-    GPU Feature Discovery (and the agent, ``agent/labels.py``) writes it, so one product catalog
-    serves both."""
-    return "-".join(_GFD_DROP.sub("", name).split())
-
-
-def parse_quantity_bytes(text: str) -> int | None:
-    """A Kubernetes quantity (``80Gi``, ``85899345920``, ``1e9``) in whole units, or None."""
-    match = _QUANTITY.fullmatch(text.strip())
-    if match is None:
-        return None
-    number, suffix = match.groups()
-    try:
-        value = Decimal(number)
-        if suffix[:1] in ("e", "E"):
-            value = value.scaleb(int(suffix[1:]))
-        elif suffix in _SUFFIX:
-            value *= _SUFFIX[suffix]
-        else:
-            return None
-    except (InvalidOperation, ValueError):
-        return None
-    return int(value) if value >= 0 else None
-
-
-def parse_version_cc(text: str) -> tuple[int, int] | None:
-    """``10.0.0`` → ``(10, 0)``; None unless ``text`` is a semantic version."""
-    match = _SEMVER.fullmatch(text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def _attribute(attributes: Mapping[str, Any], name: str) -> Any:
-    """An attribute by its short or driver-qualified name (the same attribute to the scheduler)."""
-    if name in attributes:
-        return attributes[name]
-    return attributes.get(f"{names.DRA_GPU_DRIVER}/{name}")
-
-
-def _capacity_name(name: str) -> str:
-    """A capacity's name without the driver's domain (``gpu.nvidia.com/memory`` is ``memory``)."""
-    prefix = f"{names.DRA_GPU_DRIVER}/"
-    return name[len(prefix) :] if name.startswith(prefix) else name
-
-
 def _shares(
     device: Mapping[str, Any], capacity: Mapping[str, Any]
 ) -> tuple[tuple[str, int, int], ...]:
@@ -244,17 +186,8 @@ def _shares(
         policy = entry.get("requestPolicy")
         default = policy.get("default") if isinstance(policy, Mapping) else None
         need = parse_quantity_bytes(str(default)) if default is not None else value
-        out.append((_capacity_name(str(name)), value, value if need is None else need))
+        out.append((capacity_name(str(name)), value, value if need is None else need))
     return tuple(sorted(out))
-
-
-def _typed(value: Any, kind: str) -> str | None:
-    """The ``kind`` field of a DeviceAttribute when it is the only field set, else None."""
-    if not isinstance(value, Mapping):
-        return None
-    set_fields = [f for f in _VALUE_FIELDS if f in value]
-    field = value.get(kind)
-    return field if set_fields == [kind] and isinstance(field, str) else None
 
 
 def _read_device(device: Any, where: str, pool: str = "") -> tuple[DraGpu | None, str]:
@@ -265,15 +198,15 @@ def _read_device(device: Any, where: str, pool: str = "") -> tuple[DraGpu | None
     attributes = device.get("attributes")
     if not isinstance(attributes, Mapping):
         return None, f"{label}: no attributes map"
-    kind = _typed(_attribute(attributes, ATTR_TYPE), "string")
+    kind = typed_value(device_attribute(attributes, ATTR_TYPE), "string")
     if kind is None:
         return None, f"{label}: attribute {ATTR_TYPE} missing or not a string"
     if kind != DEVICE_TYPE_GPU:
         return None, ""  # a MIG slice, an IMEX channel, a VFIO device: not a whole GPU
     values: dict[str, str] = {}
     for name, field in _REQUIRED:
-        raw = _attribute(attributes, name)
-        value = _typed(raw, field)
+        raw = device_attribute(attributes, name)
+        value = typed_value(raw, field)
         if value is None:
             shown = "missing" if raw is None else f"{raw!r:.60} (must be {{{field}: ...}})"
             return None, f"{label}: attribute {name} is {shown}"
