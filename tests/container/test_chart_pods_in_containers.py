@@ -47,7 +47,6 @@ from tests.servings import serving
 pytestmark = [pytest.mark.container, pytest.mark.e2e]
 
 CHART = ROOT / "charts" / "deepseek-operator"
-SEED = yaml.safe_load((ROOT / "examples" / "dsv41-flash-gb200.yaml").read_text())
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
