@@ -4,7 +4,7 @@ On create and resume of a DeepSeekServing it merge-patches ``status`` with a
 ``BackendResolved``-like condition (``observedGeneration`` = ``metadata.generation``), decides
 nothing and creates nothing. Like the real operator it keeps an index of every Node (name → labels,
 from a kopf ``on.event`` handler; kopf's own ``@kopf.index`` would make its start-up quadratic in
-Nodes, see ``deepseek_operator/controller/node_watch.py``) and exports how many Nodes it holds as
+Nodes, see ``deepseek_operator/kube/list_watch.py``) and exports how many Nodes it holds as
 the gauge ``deepseek_operator_nodes`` on ``$NOOP_METRICS_PORT`` (as the real operator does), which
 is how the benchmark times its start-up. kopf keeps its bookkeeping in annotations (the
 structural schema prunes unknown ``status`` fields), as earlier versions of the real operator

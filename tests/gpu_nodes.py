@@ -143,3 +143,12 @@ def make_gpu_node(
         "spec": spec,
         "status": status,
     }
+
+
+def gb200_tray(name: str, pool: str) -> dict[str, Any]:
+    """One healthy kwok GB200 tray (4 GPUs, node agent labels) labelled ``pool=<pool>``: the node
+    most control-plane tests give their DeepSeekServing."""
+    return make_gpu_node(
+        name, "NVIDIA-GB200", 4, (10, 0), agent_labels=HEALTHY_GB200_AGENT_LABELS,
+        extra_labels={"pool": pool},
+    )  # fmt: skip

@@ -24,7 +24,6 @@ left from before, touch no label that is not ours and no other Node, and stop cl
 
 from __future__ import annotations
 
-import copy
 import json
 import pathlib
 import time
@@ -43,11 +42,11 @@ from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 from tests.k8s.cluster import ControlPlane, free_port, wait_for
 from tests.k8s.conditions import condition, wait_condition
 from tests.k8s.operator import rbac_refusals
+from tests.servings import serving
 
 pytestmark = [pytest.mark.container, pytest.mark.e2e]
 
 CHART = ROOT / "charts" / "deepseek-operator"
-SEED = yaml.safe_load((ROOT / "examples" / "dsv41-flash-gb200.yaml").read_text())
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -59,15 +58,6 @@ def helm(cp: ControlPlane, *args: str) -> str:
     )
     assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
-
-
-def serving(namespace: str) -> dict[str, Any]:
-    doc = copy.deepcopy(SEED)
-    doc["metadata"] = {"name": "dsv41", "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    return doc
 
 
 def service_account_volume(

@@ -33,6 +33,7 @@ from tests.k8s.conditions import wait_condition
 from tests.k8s.dra import ComputeDomainDriver
 from tests.k8s.operator import OperatorProcess, patch_serving
 from tests.racks import GFD_CLIQUE, two_racks
+from tests.servings import PD_GB200, serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
@@ -57,15 +58,6 @@ def _roles(decode_backend: str = "auto") -> list[dict[str, Any]]:
         role["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     roles[1]["moeBackend"] = decode_backend
     return roles
-
-
-def _serving(namespace: str) -> dict[str, Any]:
-    doc = copy.deepcopy(EXAMPLE)
-    doc["metadata"] = {"name": NAME, "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    doc["spec"]["disaggregation"]["roles"] = _roles()
-    return doc
 
 
 @pytest.fixture
@@ -216,6 +208,12 @@ def _settled(cp: ControlPlane, namespace: str, name: str) -> dict[str, Any] | No
     obj = dict(cp.kubectl_json("get", "dss", name, "-n", namespace))
     done = (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
     return obj if done else None
+
+
+def _serving(namespace: str) -> dict[str, Any]:
+    doc = serving(namespace, NAME, example=PD_GB200, small=False)
+    doc["spec"]["disaggregation"]["roles"] = _roles()
+    return doc
 
 
 def _tp4_pair(namespace: str, name: str) -> dict[str, Any]:

@@ -19,15 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.dra_slices import dra_only, gpu_device_class, gpu_slice, owned_by
-from tests.e2e.test_operator import AGENT_OK, _get, _pods, _serving
+from tests.e2e.test_operator import AGENT_OK, _get, _pods
 from tests.gpu_nodes import make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import condition, wait_condition
 from tests.k8s.dra import CHANNEL_CLASS, device_classes, resource_slice
 from tests.k8s.operator import OperatorProcess
+from tests.servings import PD_GB200, serving
 
 pytestmark = pytest.mark.e2e
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def test_a_dra_only_pool_serves_mega_moe_through_a_gpu_claim(
 ) -> None:
     cp = full_cluster
     tray, h200 = _dra_pool(cp, node_factory, namespace, "NVIDIA-GB200", "NVIDIA-H200")
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace))
     obj = wait_condition(cp, namespace, "Ready", "True", timeout=300)
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     template = _get(cp, namespace, "resourceclaimtemplate", "dsv41-gpus")
@@ -78,7 +78,7 @@ def test_explicit_mega_moe_on_a_dra_h200_pool_is_pending_with_the_reason(
 ) -> None:
     cp = full_cluster
     _dra_pool(cp, node_factory, namespace, "NVIDIA-H200")
-    cp.apply(_serving(namespace, moeBackend="deep_gemm_mega_moe"))
+    cp.apply(serving(namespace, moeBackend="deep_gemm_mega_moe"))
     obj = wait_condition(cp, namespace, "Placeable", "False", timeout=120)
     assert "cudaComputeCapability='9.0.0' (DRA)" in condition(obj, "BackendResolved")["message"]
 
@@ -147,7 +147,7 @@ def test_devices_another_claim_holds_are_not_free_and_the_servings_own_are(
     assert {r["pool"] for r in held["status"]["allocation"]["devices"]["results"]} == {tray}
     # One 4-GPU replica wanted, 2 of the tray's 4 devices taken: not placeable, and with
     # maxPendingReplicas 0 the queueing rule asks for no replica at all.
-    cp.apply(_serving(namespace, maxPendingReplicas=0))
+    cp.apply(serving(namespace, maxPendingReplicas=0))
     obj = wait_condition(cp, namespace, "Placeable", "False", timeout=120)
     message = condition(obj, "Placeable")["message"]
     assert f"{tray}: 2 of 4 devices free, 2 held by other claims < 4 per pod" in message
@@ -210,7 +210,7 @@ def test_a_pool_the_scheduler_rejects_counts_no_device(
     ]
     cp.apply(gpu_device_class())
     cp.apply([owned_by(s, created) for s in halves])
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace))
     obj = wait_condition(cp, namespace, "Placeable", "False", timeout=120)
     shown = json.dumps(obj["status"])
     assert f"ResourceSlice pool '{tray}': device 'gpu-0' (slices {tray}-a and {tray}-b)" in shown
@@ -230,17 +230,6 @@ def test_a_pool_the_scheduler_rejects_counts_no_device(
     assert not (claim.get("status") or {}).get("allocation")
 
 
-def _pair(namespace: str) -> dict[str, Any]:
-    """The 1P1D example (TP4 per role, one tray each) on this test's pool."""
-    doc = yaml.safe_load((REPO / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
-    doc["metadata"] = {"name": "pd", "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    for role in doc["spec"]["disaggregation"]["roles"]:
-        role["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    return dict(doc)
-
-
 def test_a_pair_that_fits_each_role_alone_but_not_both_is_not_created(
     operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
@@ -257,7 +246,7 @@ def test_a_pair_that_fits_each_role_alone_but_not_both_is_not_created(
         timeout=60,
         what="the holder's claim allocated",
     )
-    cp.apply(_pair(namespace))
+    cp.apply(serving(namespace, "pd", example=PD_GB200))  # TP4 per role, one tray each
     obj = wait_condition(cp, namespace, "Placeable", "False", name="pd", timeout=120)
     assert "hold each pool alone but not both together" in condition(obj, "Placeable")["message"]
     assert "nothing is created until both roles can run" in condition(obj, "Ready")["message"]

@@ -10,7 +10,6 @@ operator's log must show no reconcile and no apply after its deletion, no traceb
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 import pathlib
@@ -18,29 +17,18 @@ import time
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
+from tests.gpu_nodes import gb200_tray
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import condition, wait_condition
-from tests.k8s.operator import OperatorProcess
+from tests.k8s.operator import OperatorProcess, running_operator
+from tests.servings import serving
 
 pytestmark = pytest.mark.e2e
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
 OUTAGE_S = 5
 OBSERVE_S = 30
 GRACE = dt.timedelta(seconds=2)
-
-
-def serving(namespace: str, name: str, pool: str) -> dict[str, Any]:
-    doc = copy.deepcopy(SEED)
-    doc["metadata"] = {"name": name, "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    doc["spec"]["nodeSelector"] = {"pool": pool}
-    return doc
 
 
 def records(op: OperatorProcess) -> list[dict[str, Any]]:
@@ -83,24 +71,11 @@ def test_deleted_servings_around_an_apiserver_restart_are_never_reconciled_again
 ) -> None:
     cp = full_cluster
     pool = namespace
-    node_factory(
-        *[
-            make_gpu_node(
-                f"{namespace[:50]}-gb{i}",
-                "NVIDIA-GB200",
-                4,
-                (10, 0),
-                agent_labels=HEALTHY_GB200_AGENT_LABELS,
-                extra_labels={"pool": pool},
-            )
-            for i in range(5)
-        ]
-    )
-    op = OperatorProcess(cp, tmp_path).start()
+    node_factory(*[gb200_tray(f"{namespace[:50]}-gb{i}", pool) for i in range(5)])
     names = [f"z{i}" for i in range(5)]
-    try:
+    with running_operator(cp, tmp_path) as op:
         for name in names:
-            cp.apply(serving(namespace, name, pool))
+            cp.apply(serving(namespace, name, pool=pool))
         for name in names:
             wait_for(
                 lambda n=name: (
@@ -142,8 +117,6 @@ def test_deleted_servings_around_an_apiserver_restart_are_never_reconciled_again
             )
         for name in ("z3", "z4"):
             assert cp.kubectl("get", "deployment", name, "-n", namespace).returncode == 0
-    finally:
-        op.stop()
 
 
 def _refusing_policy(namespace: str) -> list[dict[str, Any]]:
@@ -219,7 +192,7 @@ def test_a_child_the_api_server_refuses_is_reported_and_retried_with_backoff(
     )
     op = OperatorProcess(cp, tmp_path).start()
     try:
-        doc = serving(namespace, "refused", namespace)
+        doc = serving(namespace, "refused")
         cp.apply(doc)
 
         obj = wait_condition(cp, namespace, "WorkloadApplied", "False", name="refused")
@@ -271,19 +244,10 @@ def test_pods_refused_by_pod_security_surface_in_the_status(
     cp = full_cluster
     # vLLM images run as root: the "restricted" level refuses their pods.
     cp.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
-    node_factory(
-        make_gpu_node(
-            f"{namespace[:50]}-gb0",
-            "NVIDIA-GB200",
-            4,
-            (10, 0),
-            agent_labels=HEALTHY_GB200_AGENT_LABELS,
-            extra_labels={"pool": namespace},
-        )
-    )
+    node_factory(gb200_tray(f"{namespace[:50]}-gb0", namespace))
     op = OperatorProcess(cp, tmp_path).start()
     try:
-        cp.apply(serving(namespace, "psa", namespace))
+        cp.apply(serving(namespace, "psa"))
 
         obj = wait_condition(cp, namespace, "Ready", reason="PodsRefused", name="psa", timeout=90)
         message = condition(obj, "Ready")["message"]

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bench.cluster import build_nodes, build_servings, create_nodes, serving_path
-from deepseek_operator.controller.api_errors import TRY_AGAIN_STATUSES
+from deepseek_operator.kube.api_errors import TRY_AGAIN_STATUSES
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.operator import OperatorProcess
 from tests.k8s.rest import Rest

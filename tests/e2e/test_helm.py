@@ -18,7 +18,6 @@ assertions hold either way; the log and metrics checks prove this module's opera
 
 from __future__ import annotations
 
-import copy
 import json
 import pathlib
 import subprocess
@@ -33,12 +32,12 @@ from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import condition, wait_condition
 from tests.k8s.operator import OperatorProcess, rbac_refusals
+from tests.servings import serving
 
 pytestmark = pytest.mark.e2e
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "deepseek-operator"
-SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
 AGENT_OK = HEALTHY_GB200_AGENT_LABELS
 CRD_NAMES = (
     "deepseekservings.serving.deepseek-operator.io",
@@ -101,15 +100,6 @@ def gb200(name: str, pool: str) -> dict[str, Any]:
     return make_gpu_node(
         name, "NVIDIA-GB200", 4, (10, 0), agent_labels=AGENT_OK, extra_labels={"pool": pool}
     )
-
-
-def serving(namespace: str) -> dict[str, Any]:
-    doc = copy.deepcopy(SEED)
-    doc["metadata"] = {"name": "dsv41", "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    return doc
 
 
 def log_records(op: OperatorProcess) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ no retry loop in the operator's log, ours created once that object is deleted.
 
 from __future__ import annotations
 
-import copy
 import json
 import pathlib
 import time
@@ -25,6 +24,7 @@ from tests.k8s.conditions import condition, serving_condition, wait_condition
 from tests.k8s.dra import ComputeDomainDriver
 from tests.k8s.operator import OperatorProcess
 from tests.racks import two_racks
+from tests.servings import DEP8_NVL72, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -36,17 +36,6 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 # How long the operator's log is watched for a retry loop while a foreign object is in the way.
 OBSERVE_S = 20
-
-
-def _serving(namespace: str) -> dict[str, Any]:
-    """One group of 2 pods (DEP8 as 2 x 4 GPUs) on this test's trays."""
-    doc = copy.deepcopy(EXAMPLE)
-    doc["metadata"] = {"name": NAME, "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["replicas"] = 1
-    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    return doc
 
 
 @pytest.fixture
@@ -118,7 +107,7 @@ def _check_both_services(cp: ControlPlane, namespace: str) -> tuple[str, str]:
 def test_the_operator_first_then_lws_each_service_is_its_owners(
     lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
 ) -> None:
-    lws_cluster.apply(_serving(namespace))
+    lws_cluster.apply(serving(namespace, NAME, example=DEP8_NVL72, replicas=1))
     _check_both_services(lws_cluster, namespace)
 
 
@@ -130,7 +119,7 @@ def test_lws_service_already_there_when_the_operator_writes_ours(
     tmp_path: pathlib.Path,
 ) -> None:
     cp = lws_cluster
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace, NAME, example=DEP8_NVL72, replicas=1))
     headless_uid, deleted_uid = _check_both_services(cp, namespace)
     operator.stop(kill=True)
     try:
@@ -173,7 +162,7 @@ def test_a_service_of_ours_name_made_by_someone_else_is_reported_not_fought_over
     }
     cp.apply(squatter)
     before = cp.kubectl_json("get", "service", OURS, "-n", namespace)
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace, NAME, example=DEP8_NVL72, replicas=1))
 
     obj = wait_condition(cp, namespace, "WorkloadApplied", "False", name=NAME)
     applied = condition(obj, "WorkloadApplied")

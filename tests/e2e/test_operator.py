@@ -6,7 +6,6 @@ DeepSeekServing selects that pool, so tests sharing the session cluster do not s
 
 from __future__ import annotations
 
-import copy
 import json
 import pathlib
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import condition, wait_condition
 from tests.k8s.operator import OperatorProcess, patch_serving
+from tests.servings import serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
@@ -46,16 +46,6 @@ def _h200(name: str, pool: str) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def _serving(namespace: str, **spec: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(SEED)
-    doc["metadata"] = {"name": "dsv41", "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    doc["spec"].update(spec)
-    return doc
-
-
 def _get(
     cp: ControlPlane, namespace: str, kind: str = "dss", name: str = "dsv41"
 ) -> dict[str, Any]:
@@ -78,7 +68,7 @@ def test_seed_on_gb200_selects_mega_moe_schedules_and_becomes_ready(
     operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
     node_factory(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
-    full_cluster.apply(_serving(namespace))
+    full_cluster.apply(serving(namespace))
     obj = wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     assert obj["status"]["resolved"]["sequenceParallel"] is True
@@ -115,7 +105,7 @@ def test_mixed_pool_lands_only_on_gb200(
         _gb200(f"{namespace}-gb0", namespace),
         _gb200(f"{namespace}-gb1", namespace),
     )
-    full_cluster.apply(_serving(namespace, replicas=2))
+    full_cluster.apply(serving(namespace, replicas=2))
     obj = wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
     nodes = {p["spec"]["nodeName"] for p in _pods(full_cluster, namespace)}
@@ -126,7 +116,7 @@ def test_h200_pool_keeps_auto_and_names_the_failed_check(
     operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
     node_factory(_h200(f"{namespace}-h0", namespace))
-    full_cluster.apply(_serving(namespace))
+    full_cluster.apply(serving(namespace))
     obj = wait_condition(full_cluster, namespace, "BackendResolved", "True")
     assert obj["status"]["resolved"]["moeBackend"] == "auto"
     assert obj["status"]["resolved"]["sequenceParallel"] is False
@@ -139,7 +129,7 @@ def test_relabel_does_not_flip_or_restart_but_a_spec_change_rolls_out(
     operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
     node_factory(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
-    full_cluster.apply(_serving(namespace))
+    full_cluster.apply(serving(namespace))
     wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
     pod = _pods(full_cluster, namespace)[0]
     host = pod["spec"]["nodeName"]
@@ -199,7 +189,7 @@ def test_explicit_mega_on_hopper_is_pending_not_crashing_and_fixing_the_spec_cle
     operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
     node_factory(_h200(f"{namespace}-h0", namespace))
-    full_cluster.apply(_serving(namespace, moeBackend="deep_gemm_mega_moe"))
+    full_cluster.apply(serving(namespace, moeBackend="deep_gemm_mega_moe"))
     obj = wait_condition(full_cluster, namespace, "BackendResolved", "False")
     message = condition(obj, "BackendResolved")["message"]
     assert "DeepGEMM MegaMoE requires SM100 GPUs." in message
@@ -220,7 +210,7 @@ def test_children_are_restored_and_garbage_collected(
     operator: OperatorProcess, full_cluster: ControlPlane, namespace: str, node_factory: Any
 ) -> None:
     node_factory(_gb200(f"{namespace}-gb0", namespace))
-    full_cluster.apply(_serving(namespace))
+    full_cluster.apply(serving(namespace))
     wait_condition(full_cluster, namespace, "BackendResolved", "True")
     wait_for(
         lambda: (
@@ -288,7 +278,7 @@ def test_operator_restart_leaves_no_duplicate_or_lost_children(
     node_factory(_gb200(f"{namespace}-gb0", namespace))
     operator.stop(kill=True)
     try:
-        full_cluster.apply(_serving(namespace))
+        full_cluster.apply(serving(namespace))
         second = OperatorProcess(full_cluster, tmp_path).start()
         try:
             wait_condition(full_cluster, namespace, "Ready", "True", timeout=90)
@@ -315,7 +305,7 @@ def test_only_placeable_replicas_plus_the_queue_are_created_and_more_nodes_let_m
 ) -> None:
     # 50 replicas on 4 trays (one 4-GPU pod each): the Deployment asks for 4 + 1 queued, not 50.
     node_factory(*(_gb200(f"{namespace}-gb{i}", namespace) for i in range(4)))
-    full_cluster.apply(_serving(namespace, replicas=50))
+    full_cluster.apply(serving(namespace, replicas=50))
 
     def workload_replicas() -> int:
         return int(_get(full_cluster, namespace, "deployment")["spec"]["replicas"])

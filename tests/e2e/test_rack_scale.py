@@ -7,7 +7,6 @@ DeviceClasses, per-tray ResourceSlices) and the session operator (admin credenti
 
 from __future__ import annotations
 
-import copy
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ from tests.k8s.dra import ComputeDomainDriver
 from tests.k8s.lws import LwsInstall
 from tests.k8s.operator import OperatorProcess, patch_serving
 from tests.racks import GFD_CLIQUE, RACK_A, RACK_B, two_racks
+from tests.servings import DEP8_NVL72, serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-dep8-nvl72.yaml").read_text())
@@ -30,16 +30,6 @@ GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 pytestmark = pytest.mark.e2e
-
-
-def _serving(namespace: str, **spec: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(EXAMPLE)
-    doc["metadata"] = {"name": NAME, "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    doc["spec"].update(spec)
-    return doc
 
 
 @pytest.fixture
@@ -119,7 +109,7 @@ def test_dep8_groups_stay_in_one_clique_claim_imex_channels_and_the_fifth_pends(
     lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
 ) -> None:
     cp = lws_cluster
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace, NAME, example=DEP8_NVL72))
 
     pods = wait_for(lambda: _running(cp, namespace, 4), timeout=180, what="2 groups of 2 pods")
     cliques = _group_cliques(cp, pods)
@@ -230,7 +220,7 @@ def test_a_lost_worker_recreates_its_group_and_a_spec_change_rolls_every_group(
     lws_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
 ) -> None:
     cp = lws_cluster
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace, NAME, example=DEP8_NVL72))
     pods = wait_for(lambda: _running(cp, namespace, 4), timeout=180, what="2 groups Running")
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
     lws_generation = cp.kubectl_json("get", "lws", NAME, "-n", namespace)["metadata"]["generation"]
@@ -294,7 +284,7 @@ def test_without_the_lws_crd_a_multi_pod_spec_is_not_placeable_and_renders_nothi
     install: LwsInstall = cp.extras["lws"]
     install.uninstall()
     try:
-        cp.apply(_serving(namespace))
+        cp.apply(serving(namespace, NAME, example=DEP8_NVL72))
         reason = "LeaderWorkerSetNotInstalled"
         obj = wait_condition(cp, namespace, "Placeable", reason=reason, name=NAME, timeout=90)
         placeable = condition(obj, "Placeable")
@@ -316,7 +306,7 @@ def test_pods_a_leaderworkerset_cannot_create_surface_as_pods_refused(
     # Event says why, and the DeepSeekServing must say it too.
     cp = lws_cluster
     cp.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace, NAME, example=DEP8_NVL72))
 
     obj = wait_condition(cp, namespace, "Ready", reason="PodsRefused", name=NAME, timeout=120)
     cond = condition(obj, "Ready")
@@ -347,7 +337,7 @@ def test_a_statefulset_the_leaderworkerset_cannot_create_surfaces_as_pods_refuse
             "spec": {"hard": {"count/statefulsets.apps": "0"}},
         }
     )
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace, NAME, example=DEP8_NVL72))
 
     obj = wait_condition(cp, namespace, "Ready", reason="PodsRefused", name=NAME, timeout=120)
     cond = condition(obj, "Ready")

@@ -9,34 +9,21 @@ from __future__ import annotations
 
 import copy
 import json
-import pathlib
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import wait_condition
 from tests.k8s.operator import OperatorProcess, patch_serving
+from tests.servings import PD_GB200, serving
 
 pytestmark = pytest.mark.e2e
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLE = yaml.safe_load((REPO / "examples/dsv41-flash-1p1d-gb200.yaml").read_text())
 NAME = "pd"
 ROUTER = f"{NAME}-api"
 ROUTER_KINDS = ("serviceaccount", "role", "rolebinding", "deployment", "service", "networkpolicy")
-
-
-def _serving(namespace: str) -> dict[str, Any]:
-    doc = copy.deepcopy(EXAMPLE)
-    doc["metadata"] = {"name": NAME, "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["nodeSelector"] = {"pool": namespace}
-    for role in doc["spec"]["disaggregation"]["roles"]:
-        role["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    return doc
 
 
 def _gb200(name: str, pool: str) -> dict[str, Any]:
@@ -59,7 +46,7 @@ def test_the_router_is_written_restored_reported_and_removed(
 ) -> None:
     cp = full_cluster
     node_factory(_gb200(f"{namespace}-gb0", namespace), _gb200(f"{namespace}-gb1", namespace))
-    cp.apply(_serving(namespace))
+    cp.apply(serving(namespace, NAME, example=PD_GB200))
 
     # Both pools and the router pod run (kwok), so Ready holds with the router in it.
     obj = wait_condition(cp, namespace, "Ready", "True", name=NAME, timeout=120)
@@ -101,7 +88,9 @@ def test_the_router_is_written_restored_reported_and_removed(
     )
 
     # A pair with an empty role cannot serve, whatever its pods say.
-    roles = copy.deepcopy(_serving(namespace)["spec"]["disaggregation"]["roles"])
+    roles = copy.deepcopy(
+        serving(namespace, NAME, example=PD_GB200)["spec"]["disaggregation"]["roles"]
+    )
     next(r for r in roles if r["role"] == "decode")["replicas"] = 0
     patch_serving(cp, namespace, {"spec": {"disaggregation": {"roles": roles}}}, name=NAME)
     obj = wait_condition(cp, namespace, "Ready", "False", reason="PairCannotServe", name=NAME)

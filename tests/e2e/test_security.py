@@ -30,12 +30,12 @@ from tests.gpu_nodes import HEALTHY_GB200_AGENT_LABELS, make_gpu_node
 from tests.k8s.cluster import ControlPlane, wait_for
 from tests.k8s.conditions import wait_condition
 from tests.k8s.operator import OperatorProcess, rbac_refusals
+from tests.servings import serving as _serving
 
 pytestmark = pytest.mark.e2e
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "deepseek-operator"
-SEED = yaml.safe_load((REPO / "examples/dsv41-flash-gb200.yaml").read_text())
 GROUP = "serving.deepseek-operator.io"
 
 
@@ -53,12 +53,8 @@ def helm(cp: ControlPlane, *args: str) -> str:
 
 
 def serving(namespace: str, name: str = "dsv41", **spec: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(SEED)
-    doc["metadata"] = {"name": name, "namespace": namespace}
-    doc["spec"].pop("tolerations", None)
-    doc["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-    doc["spec"].update(spec)
-    return doc
+    """The example as ``namespace/name``, on the example's own node selector."""
+    return _serving(namespace, name, pool=None, **spec)
 
 
 def grant(cp: ControlPlane, namespace: str, user: str, name: str, rules: list[Any]) -> None:

@@ -27,11 +27,11 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from deepseek_operator.actions import contains, drifted
+from deepseek_operator.actions.children import reduced_child
 from deepseek_operator.api.load import parse_serving
-from deepseek_operator.controller.cache import reduced_child
-from deepseek_operator.controller.kube import encode_body, group_version_prefix
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
+from deepseek_operator.kube.client import encode_body, group_version_prefix
 from deepseek_operator.names import FIELD_MANAGER, GROUP, PLURAL, VERSION
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, plan

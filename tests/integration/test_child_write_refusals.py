@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.controller.kube import EncodedObject, KubeClient, refusal
 from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
-from deepseek_operator.credentials import load_kubeconfig
 from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.kube.client import EncodedObject, KubeClient, refusal
+from deepseek_operator.kube.credentials import load_kubeconfig
 from tests.k8s.cluster import ControlPlane, start_control_plane, stop_control_plane
 from tests.k8s.conditions import condition
 from tests.k8s.operator import install_crds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -139,6 +140,20 @@ class OperatorProcess:
                 self.proc.wait()
         if hasattr(self, "_log"):
             self._log.close()
+
+
+@contextlib.contextmanager
+def running_operator(
+    cp: ControlPlane, log_dir: Path, kubeconfig: Path | None = None
+) -> Iterator[OperatorProcess]:
+    """``deepseek-operator run --standalone`` for the with-block, stopped after it; a block that
+    ends normally also checks that no traceback reached the operator's log."""
+    op = OperatorProcess(cp, log_dir, kubeconfig=kubeconfig).start()
+    try:
+        yield op
+        assert "Traceback" not in op.log_path.read_text(errors="replace"), op.logs(200)
+    finally:
+        op.stop()
 
 
 @pytest.fixture(scope="session")

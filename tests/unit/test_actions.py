@@ -201,7 +201,7 @@ def test_the_cluster_preview_creates_what_is_missing_and_deletes_a_stale_child()
 def test_a_reduced_child_keeps_what_the_reconciler_reads_and_judges_drift_alike() -> None:
     import sys
 
-    from deepseek_operator.controller.cache import reduced_child
+    from deepseek_operator.actions.children import reduced_child
 
     obj, _ = _planned()
     planned = plan(obj, gb200_pool(), Observed(), NOW, ClusterApis())

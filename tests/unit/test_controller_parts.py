@@ -14,7 +14,10 @@ from typing import Any
 import kopf
 import pytest
 
-from deepseek_operator.controller.kube import (
+from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
+from deepseek_operator.controller.state import keep_out_of_gc
+from deepseek_operator.controller.wiring import NoDiffBase
+from deepseek_operator.kube.client import (
     ApiError,
     EncodedObject,
     ForeignObject,
@@ -22,9 +25,6 @@ from deepseek_operator.controller.kube import (
     KubeError,
     refusal,
 )
-from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
-from deepseek_operator.controller.state import keep_out_of_gc
-from deepseek_operator.controller.wiring import NoDiffBase
 from deepseek_operator.nodes.facts import node_facts
 from tests.unit.factories import agent_labels, node
 
@@ -124,7 +124,7 @@ def test_a_relisting_reports_nodes_added_changed_and_gone() -> None:
 
 
 def test_stores_keep_bodies_without_managed_fields_or_kopf_annotations() -> None:
-    from deepseek_operator.controller.cache import kept as _kept
+    from deepseek_operator.actions.children import kept as _kept
 
     body = {
         "kind": "Deployment",
@@ -207,7 +207,8 @@ def test_the_peering_gate_follows_kopfs_rule() -> None:
 
 
 def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
-    from deepseek_operator.controller.cache import Stores, reduced_statefulset
+    from deepseek_operator.actions.children import reduced_statefulset
+    from deepseek_operator.controller.cache import OwnedIndex, statefulset_owner
     from deepseek_operator.names import LWS_NAME_LABEL
 
     def sts(name: str, lws: str, rv: int) -> dict[str, Any]:
@@ -215,19 +216,31 @@ def test_the_statefulset_store_follows_its_leaderworkerset_by_name() -> None:
                 "labels": {LWS_NAME_LABEL: lws, "other": "x"}, "managedFields": [{}]}  # fmt: skip
         return reduced_statefulset({"metadata": meta, "spec": {"replicas": 2, "template": {}}})
 
-    stores = Stores()
-    assert stores.statefulsets_listed({"llm/a-0": sts("a-0", "a", 1), "llm/b-0": sts("b-0", "b", 1)}) == {
+    stores: OwnedIndex[str, dict[str, Any]] = OwnedIndex()
+
+    def listed(snapshot: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
+        return stores.replace(
+            lambda key: True, {k: (statefulset_owner("llm", b), b) for k, b in snapshot.items()}
+        )
+
+    def seen(key: str, body: dict[str, Any] | None) -> set[tuple[str, str]]:
+        return stores.put(key, statefulset_owner("llm", body), body)
+
+    assert listed({"llm/a-0": sts("a-0", "a", 1), "llm/b-0": sts("b-0", "b", 1)}) == {
         ("llm", "a"), ("llm", "b"),
     }  # fmt: skip
-    kept = stores.lws_statefulsets(("llm", "a"))
+    kept = list(stores.of(("llm", "a")).values())
     assert kept == [sts("a-0", "a", 1)] and "managedFields" not in kept[0]["metadata"]
     assert kept[0]["spec"] == {"replicas": 2}
-    assert stores.statefulset_seen("llm/a-1", sts("a-1", "a", 2)) == ("llm", "a")
-    assert len(stores.lws_statefulsets(("llm", "a"))) == 2
-    assert stores.statefulset_seen("llm/a-0", None) == ("llm", "a")
-    assert [s["metadata"]["name"] for s in stores.lws_statefulsets(("llm", "a"))] == ["a-1"]
+    assert seen("llm/a-1", sts("a-1", "a", 2)) == {("llm", "a")}
+    assert len(stores.of(("llm", "a"))) == 2
+    assert seen("llm/a-0", None) == {("llm", "a")}
+    assert [s["metadata"]["name"] for s in stores.of(("llm", "a")).values()] == ["a-1"]
+    # A StatefulSet relabelled to another LeaderWorkerSet moves: both are told.
+    assert seen("llm/a-1", sts("a-1", "b", 3)) == {("llm", "a"), ("llm", "b")}
+    assert seen("llm/a-1", sts("a-1", "a", 2)) == {("llm", "a"), ("llm", "b")}
     relisted = {"llm/a-1": sts("a-1", "a", 2), "llm/b-0": sts("b-0", "b", 5)}
-    assert stores.statefulsets_listed(relisted) == {("llm", "b")}
+    assert listed(relisted) == {("llm", "b")}
 
 
 def test_kopf_is_given_no_diff_base_to_deep_copy() -> None:
@@ -347,7 +360,7 @@ def test_a_child_not_seen_yet_is_read_first_and_written_only_when_absent_or_ours
 def test_bodies_go_out_as_utf8_with_only_what_yaml_refuses_escaped() -> None:
     import json as json_
 
-    from deepseek_operator.controller.kube import encode_body
+    from deepseek_operator.kube.client import encode_body
 
     body = {"v": "\x7f \x85 \ufeff \u00e9 \U0001f642 \x01"}
     sent = encode_body(body)
@@ -358,7 +371,7 @@ def test_bodies_go_out_as_utf8_with_only_what_yaml_refuses_escaped() -> None:
 
 
 def test_retry_after_reads_seconds_and_caps_them() -> None:
-    from deepseek_operator.controller.api_errors import RETRY_AFTER_MAX_S, retry_after
+    from deepseek_operator.kube.api_errors import RETRY_AFTER_MAX_S, retry_after
 
     assert retry_after("3", 1.0) == 3.0
     assert retry_after(None, 2.0) == 2.0

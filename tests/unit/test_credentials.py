@@ -1,4 +1,4 @@
-"""The operator's credentials (credentials.py), as the ``kubernetes`` client's loaders read them.
+"""The operator's credentials (kube/credentials.py), as the ``kubernetes`` client's loaders read them.
 
 The real API server tests (every e2e test runs ``deepseek-operator run`` with a kubeconfig,
 tests/e2e/test_exec_credentials.py with an exec plugin, the container and kind tiers in a pod)
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.credentials import CredentialsError, load_credentials, load_kubeconfig
+from deepseek_operator.kube.credentials import CredentialsError, load_credentials, load_kubeconfig
 
 
 def _kubeconfig(path: Path, user: dict[str, Any], **cluster: Any) -> Path:

@@ -238,8 +238,7 @@ def test_render_reads_claims_from_the_nodes_file_as_the_operator_does(
 
 
 def test_the_node_tracker_counts_what_claims_hold_and_releases_it() -> None:
-    from deepseek_operator.controller.node_tracker import NodeTracker, slice_of
-    from deepseek_operator.controller.node_watch import facts_of
+    from deepseek_operator.controller.node_tracker import NodeTracker, facts_of, slice_of
 
     nodes, slices = load_cluster_file(DRA_POOL)
     tracker = NodeTracker()

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from deepseek_operator.controller.kube import EncodedObject
 from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.kube.client import EncodedObject
 from tests.unit.factories import gb200_pool
 
 SEED = yaml.safe_load(open("examples/dsv41-flash-gb200.yaml").read())  # noqa: SIM115

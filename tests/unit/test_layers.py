@@ -1,6 +1,6 @@
 """The import contracts of ``[tool.importlinter]`` in pyproject.toml, checked by import-linter.
 
-cli → commands → controller | agent → credentials → plan → render → engine → nodes → api → catalog →
+cli → commands → controller | agent → kube → actions → plan → render → engine → nodes → api → catalog →
 names | errors: a module imports its own package and lower layers only, never a sibling of its
 rank (the controller and the agent never import each other); no package has an import circle;
 the pure core imports no Kubernetes client, kopf or NVML. ``make lint`` runs ``lint-imports``;

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from deepseek_operator.controller.state import OperatorState
-from deepseek_operator.controller.write_queue import Priority, WriteQueue
+from deepseek_operator.kube.write_queue import Priority, WriteQueue
 
 KEY = ("llm", "a")
 

@@ -68,7 +68,7 @@ def test_pod_groups_report_only_owners_whose_groups_changed() -> None:
     other = ("other", "p")
     groups.observe(other, pod_record({**_pod("p", 0, 0), "metadata": {
         **_pod("p", 0, 0)["metadata"], "namespace": "other"}}))  # fmt: skip
-    assert groups.replace("llm", {}) == {("llm", "dsv4")}
+    assert groups.replace_in("llm", {}) == {("llm", "dsv4")}
     assert groups.groups(("llm", "dsv4")) == {} and len(groups) == 1
 
 

@@ -7,13 +7,9 @@ from typing import Any
 
 import pytest
 
+from deepseek_operator.actions.lws import absent_statefulsets, missing_pods
 from deepseek_operator.controller import pod_refusals
-from deepseek_operator.controller.pod_refusals import (
-    RECHECKS,
-    StatefulSetRefusals,
-    absent_statefulsets,
-    missing_pods,
-)
+from deepseek_operator.controller.pod_refusals import RECHECKS, StatefulSetRefusals
 
 REFUSED = (
     'Create Pod d-0 in StatefulSet d failed error: pods "d-0" is forbidden: violates PodSecurity'

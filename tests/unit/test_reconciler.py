@@ -15,14 +15,14 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from deepseek_operator.controller.kube import (
+from deepseek_operator.controller.reconcile import Reconciler
+from deepseek_operator.kube.client import (
     EncodedObject,
     ForeignObject,
     OwnerGone,
     controlled_by,
     describe_owner,
 )
-from deepseek_operator.controller.reconcile import Reconciler
 from tests.unit.factories import agent_labels, gb200_pool, node
 from tests.unit.factories import inventory as make_inventory
 

@@ -1,4 +1,5 @@
-"""Children and their owner: whose a child is, whether it still holds what we applied (pure)."""
+"""Children and their owner: whose a child is, whether it still holds what we applied, and what
+the stores keep of a child, a StatefulSet or a DeepSeekServing (pure)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from deepseek_operator.names import KIND
+from deepseek_operator.names import KIND, KOPF_ANNOTATION_PREFIX, LWS_NAME_LABEL
 from deepseek_operator.plan import ChildKey
 
 
@@ -97,3 +98,83 @@ def split_children(
     ours = {k: v for k, v in live.items() if controlled_by(v, uid)}
     strangers = {k: v for k, v in live.items() if k not in ours}
     return ours, strangers
+
+
+# Earlier versions let kopf keep its last-handled configuration (a copy of the spec) in this
+# annotation; objects they handled still carry it, and the stores drop it.
+KOPF_DIFFBASE_ANNOTATION = f"{KOPF_ANNOTATION_PREFIX}/last-handled-configuration"
+
+
+def reduced_statefulset(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A LeaderWorkerSet's StatefulSet, reduced to what pod refusals need."""
+    meta = body.get("metadata") or {}
+    kept_meta = {
+        k: meta.get(k) for k in ("name", "namespace", "uid", "generation", "resourceVersion")
+    }
+    kept_meta["labels"] = {LWS_NAME_LABEL: (meta.get("labels") or {}).get(LWS_NAME_LABEL)}
+    return {
+        "metadata": kept_meta,
+        "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def kept(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` as the stores keep it: without ``metadata.managedFields``, which nothing here
+    reads and which, for server-side-applied objects, is about as large as the object itself
+    (1,000 DeepSeekServings: their Deployments, Services and bodies held twice over), and
+    without kopf's last-handled configuration (a second copy of a DeepSeekServing's spec)."""
+    kept = dict(body)
+    meta = kept.get("metadata")
+    if isinstance(meta, Mapping):
+        annotations = meta.get("annotations") or {}
+        if "managedFields" in meta or KOPF_DIFFBASE_ANNOTATION in annotations:
+            meta = {k: v for k, v in meta.items() if k != "managedFields"}
+            if KOPF_DIFFBASE_ANNOTATION in annotations:
+                meta["annotations"] = {
+                    k: v for k, v in annotations.items() if k != KOPF_DIFFBASE_ANNOTATION
+                }
+            kept["metadata"] = meta
+    return kept
+
+
+_CHILD_META = ("name", "namespace", "uid", "resourceVersion", "generation", "labels")
+
+
+def reduced_child(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A child as the stores keep it: what the reconciler reads as parsed fields (identity,
+    owner, labels, the spec fields the status reads: replicas and the LeaderWorkerSet group
+    size, the status), and the rest of the body (never managedFields) as compressed JSON bytes,
+    read only to judge whether it still holds what we apply (:func:`~.actions.drifted`)."""
+    meta = body.get("metadata") or {}
+    kept_meta = {k: meta[k] for k in _CHILD_META if k in meta}
+    if meta.get("ownerReferences"):
+        kept_meta["ownerReferences"] = meta["ownerReferences"]
+    spec = body.get("spec") or {}
+    kept_spec: dict[str, Any] = {}
+    if "replicas" in spec:
+        kept_spec["replicas"] = spec["replicas"]
+    size = (spec.get("leaderWorkerTemplate") or {}).get("size")
+    if size is not None:
+        kept_spec["leaderWorkerTemplate"] = {"size": size}
+    rest = {k: v for k, v in kept(body).items() if k != "status"}
+    out: dict[str, Any] = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": kept_meta,
+        "spec": kept_spec,
+        PACKED_BODY: pack_body(rest),
+    }
+    if "status" in body:
+        out["status"] = body["status"]
+    return out
+
+
+def involved_object(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What an Event names of the DeepSeekServing ``body``: its kind and identity."""
+    meta = body.get("metadata") or {}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
+    }

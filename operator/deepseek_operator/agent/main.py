@@ -130,7 +130,7 @@ class Agent:
 def _core_api(kubeconfig: str | None) -> Any:
     from kubernetes import client
 
-    from deepseek_operator.credentials import api_client
+    from deepseek_operator.kube.credentials import api_client
 
     return client.CoreV1Api(api_client(kubeconfig))
 

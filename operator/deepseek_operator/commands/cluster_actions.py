@@ -63,7 +63,7 @@ def cluster_objects(
     from deepseek_operator.controller.watches import CHILD_KINDS
 
     try:
-        from deepseek_operator.credentials import api_client
+        from deepseek_operator.kube.credentials import api_client
 
         api = api_client()
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{obj.namespace}/{PLURAL}/{obj.name}"

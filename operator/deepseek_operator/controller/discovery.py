@@ -7,8 +7,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import (
     COMPUTE_DOMAIN_API_VERSION,
     COMPUTE_DOMAIN_KIND,

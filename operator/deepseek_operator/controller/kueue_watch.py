@@ -149,7 +149,7 @@ class Workloads:
             changed.add(record.owner)
         return changed
 
-    def replace(
+    def replace_in(
         self, namespace: str | None, snapshot: dict[WorkloadKey, WorkloadRecord]
     ) -> set[OwnerKey]:
         """A full listing of ``namespace`` (None: every namespace); the owners that changed."""

@@ -63,7 +63,7 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from deepseek_operator.controller.state import OperatorState
     from deepseek_operator.controller.wiring import registry
-    from deepseek_operator.credentials import CredentialsError, load_credentials
+    from deepseek_operator.kube.credentials import CredentialsError, load_credentials
 
     setup_logging(args.log_level)
     try:

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the operator (served on ``--metrics-port``)."""
+"""Prometheus metrics of the operator (served on ``--metrics-port``; those of its Kubernetes
+requests are in :mod:`deepseek_operator.kube.metrics`)."""
 
 from __future__ import annotations
 
@@ -24,21 +25,6 @@ APPLIES = Counter(
     "deepseek_operator_child_applies_total", "Server-side applies of child objects", ["kind"]
 )
 NODES = Gauge("deepseek_operator_nodes", "Nodes in the operator's index")
-API_REQUESTS = Counter(
-    "deepseek_operator_api_requests_total",
-    "Kubernetes API requests issued by the reconciler (kopf's own watch and bookkeeping excluded)",
-    ["verb"],
-)
-WATCH_LISTS = Counter(
-    "deepseek_operator_watch_lists_total",
-    "Full LISTs of a watched kind: one at start and one per expired resourceVersion (410)",
-    ["kind"],
-)
-THROTTLED = Counter(
-    "deepseek_operator_throttled_total",
-    "Requests the API server answered 429 Too Many Requests (waited as Retry-After says)",
-    ["verb"],
-)
 REMEMBERED = Gauge(
     "deepseek_operator_remembered_entries",
     "Per-object entries the operator holds, by place (all 0 once every DeepSeekServing and its"

@@ -1,6 +1,8 @@
 """The operator's node index: each Node's facts as last seen, and the inventory built from them.
 
-:mod:`~deepseek_operator.controller.node_watch` feeds it (one listing, then one event at a time).
+:func:`facts_of` turns each Node into facts once, in the watch thread; the tracker receives one
+listing, then one event at a time (a Node watch, not a kopf index, whose initial listing costs
+O(nodes²): see :mod:`deepseek_operator.kube.list_watch`).
 A Node event yields a :class:`NodeChange` only when something the decision reads changed (labels,
 taints, readiness, allocatable GPUs; never a heartbeat). Every event costs O(1): one dict lookup
 and one comparison; the sorted inventory is rebuilt lazily, at most once per batch of changes,
@@ -23,7 +25,7 @@ from typing import Any
 from deepseek_operator.names import DRA_GPU_DRIVER, GFD_TIMESTAMP
 from deepseek_operator.nodes.claims import held_devices
 from deepseek_operator.nodes.dra import read_slices, with_claims
-from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, with_dra
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, node_facts, with_dra
 
 # Labels rewritten on every pass of their producer that carry no GPU fact.
 IGNORED_NODE_LABELS = (GFD_TIMESTAMP,)
@@ -41,6 +43,11 @@ def fingerprint(facts: NodeFacts) -> NodeFacts:
         if k not in IGNORED_NODE_LABELS
     }
     return dataclasses.replace(facts, labels=labels)
+
+
+def facts_of(node: dict[str, Any]) -> NodeFacts:
+    """The facts the operator keeps of one Node object."""
+    return fingerprint(node_facts(node))
 
 
 def slice_of(item: dict[str, Any]) -> dict[str, Any] | None:

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.kueue import (
     PAIR_HOLD_S,
     CheckUpdate,
@@ -30,6 +29,7 @@ from deepseek_operator.engine.kueue import (
     pair_check_updates,
     pair_retries,
 )
+from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import (
     KUEUE_API_VERSION,
     KUEUE_PAIR_CHECK_CONTROLLER,

@@ -17,22 +17,28 @@ from typing import Any
 class PeeringGate:
     """The peers kopf records, and whether ``priority`` (ours) is the one that acts now."""
 
-    def __init__(self, priority: int | None) -> None:
+    def __init__(self, priority: int | None, name: str | None = None) -> None:
         self.priority = priority  # None: standalone, always acts
+        self.name = name  # the peering object kopf uses (None: any the watch shows)
         self._peers: dict[str, Mapping[str, Any]] = {}  # peering object -> its status
         self.listed = False
 
     def listed_all(self, snapshot: Mapping[str, Mapping[str, Any]]) -> None:
         """Every peering object (at start, or after the watch expired)."""
-        self._peers = {key: _status(obj) for key, obj in snapshot.items()}
+        self._peers = {key: _status(obj) for key, obj in snapshot.items() if self._ours(key)}
         self.listed = True
 
     def seen(self, kind: str, key: str, obj: Mapping[str, Any]) -> None:
         """One event of a peering object."""
+        if not self._ours(key):
+            return
         if kind == "DELETED":
             self._peers.pop(key, None)
         else:
             self._peers[key] = _status(obj)
+
+    def _ours(self, key: str) -> bool:
+        return self.name is None or key.rpartition("/")[2] == self.name
 
     def active(self, now: dt.datetime | None = None) -> bool:
         """Whether this instance acts: no live peer with a higher priority, none with ours."""

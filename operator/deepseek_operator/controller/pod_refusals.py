@@ -21,12 +21,12 @@ read the same way (keyed by the LeaderWorkerSet's resourceVersion and the Statef
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.actions.lws import absent_statefulsets, failed_target, missing_pods
+from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import LWS_KIND
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -39,60 +39,13 @@ RECHECKS = 6
 CACHE_LIMIT = 4096
 
 
-def missing_pods(statefulset: Mapping[str, Any]) -> int:
-    """Pods the StatefulSet wants but has not created (0 while its status lags a new spec)."""
-    meta = statefulset.get("metadata") or {}
-    status = statefulset.get("status") or {}
-    if int(status.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
-        return 0
-    wanted = (statefulset.get("spec") or {}).get("replicas")
-    wanted = 1 if wanted is None else int(wanted)
-    return max(0, wanted - int(status.get("replicas") or 0))
-
-
-# What the LeaderWorkerSet controller's FailedCreate Events say it failed to create (LWS v0.9.0):
-# the leader StatefulSet (named after the LeaderWorkerSet) or a group's worker StatefulSet (named
-# after its leader pod).
-_LEADER_FAILED = re.compile(r"^Failed to create leader statefulset (\S+): ")
-_WORKER_FAILED = re.compile(r"^Failed to create worker statefulset for leader pod (\S+): ")
-
-
-def absent_statefulsets(
-    leaderworkerset: Mapping[str, Any], statefulsets: Iterable[Mapping[str, Any]]
-) -> set[str]:
-    """The StatefulSets the LeaderWorkerSet controller should have made but that do not exist:
-    its leader StatefulSet, and (groups of more than one pod) a worker StatefulSet per leader pod
-    the leader StatefulSet has created (``<name>-<group>``)."""
-    name = str((leaderworkerset.get("metadata") or {}).get("name") or "")
-    present = {
-        str((s.get("metadata") or {}).get("name")): s for s in statefulsets if s.get("metadata")
-    }
-    leader = present.get(name)
-    if leader is None:
-        return {name} if name else set()
-    template = (leaderworkerset.get("spec") or {}).get("leaderWorkerTemplate") or {}
-    if int(template.get("size") or 1) <= 1:
-        return set()
-    leaders = int((leader.get("status") or {}).get("replicas") or 0)
-    return {f"{name}-{group}" for group in range(leaders)} - set(present)
-
-
-def _failed_target(message: str) -> str | None:
-    """The StatefulSet a LeaderWorkerSet FailedCreate message is about (None: something else)."""
-    for pattern in (_LEADER_FAILED, _WORKER_FAILED):
-        if match := pattern.match(message):
-            return match.group(1)
-    return None
-
-
 class StatefulSetRefusals:
     """Reads (and remembers) the FailedCreate Events of StatefulSets that miss pods."""
 
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        # uid -> (resourceVersion, times read, the Event's message or None)
-        self._seen: dict[str, tuple[str, int, str | None]] = {}
-        self._last_read: dict[str, float] = {}
+        # uid -> (resourceVersion, times read, the Event's message or None, when last read)
+        self._seen: dict[str, tuple[str, int, str | None, float]] = {}
 
     async def read(
         self,
@@ -135,20 +88,18 @@ class StatefulSetRefusals:
         per ``version``, re-read a few times while there is none), and the recheck delay."""
         if not uid or not missing:
             self._seen.pop(uid, None)
-            self._last_read.pop(uid, None)
             return None, None
-        seen_version, reads, message = self._seen.get(uid, ("", 0, None))
+        seen_version, reads, message, last_read = self._seen.get(uid, ("", 0, None, 0.0))
         if seen_version != version:
             reads, message = 0, None
-        due = time.monotonic() - self._last_read.get(uid, 0.0) >= RECHECK_S
+        due = time.monotonic() - last_read >= RECHECK_S
         if message is None and reads < RECHECKS and (reads == 0 or due):
             message = await self._read(namespace, uid, targets)
             reads += 1
-            self._last_read[uid] = time.monotonic()
+            last_read = time.monotonic()
         if len(self._seen) >= CACHE_LIMIT:
             self._seen.clear()
-            self._last_read.clear()
-        self._seen[uid] = (version, reads, message)
+        self._seen[uid] = (version, reads, message, last_read)
         if message:
             return message, None
         return None, (RECHECK_S if reads < RECHECKS else None)
@@ -169,6 +120,6 @@ class StatefulSetRefusals:
             )
             return None
         for message in messages:
-            if targets is None or _failed_target(message) in targets:
+            if targets is None or failed_target(message) in targets:
                 return message
         return None

@@ -10,16 +10,17 @@ A change of what is kept (a pod scheduled, becoming ready, deleted) asks for a *
 of its owner: pod events never rewrite the workload (the stability rule: pods are only restarted by
 a spec change or by LWS's own group recreation).
 
-The listing and watching is :class:`~.list_watch.ListWatch`'s (one paginated LIST, then a WATCH,
+The listing and watching is :class:`~deepseek_operator.kube.list_watch.ListWatch`'s (one paginated LIST, then a WATCH,
 in a thread; a 410 or a failed stream lists again); callbacks run on the event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deepseek_operator.controller.cache import OwnedIndex
 from deepseek_operator.names import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -72,17 +73,14 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     )
 
 
-class PodGroups:
-    """Every watched LWS pod's record, and the groups of one owner as the planner reads them."""
-
-    def __init__(self) -> None:
-        self._pods: dict[PodKey, PodRecord] = {}
-        self._by_owner: dict[OwnerKey, dict[PodKey, PodRecord]] = {}
+class PodGroups(OwnedIndex[PodKey, PodRecord]):
+    """Every watched LWS pod's record by owner, and the groups of one owner as the planner
+    reads them."""
 
     def groups(self, owner: OwnerKey, role: str = "") -> dict[int, dict[int, PodSeen]]:
         """group index → worker index → pod, for ``owner`` (its ``role``'s pods when given)."""
         out: dict[int, dict[int, PodSeen]] = {}
-        for record in self._by_owner.get(owner, {}).values():
+        for record in self.by_owner.get(owner, {}).values():
             if record.role == role:
                 out.setdefault(record.group, {})[record.worker] = record.seen
         return out
@@ -90,44 +88,19 @@ class PodGroups:
     def by_role(self, owner: OwnerKey) -> dict[str, dict[int, dict[int, PodSeen]]]:
         """role → :meth:`groups` of that role, for ``owner`` ("" for an aggregated serving's
         pods; each role's LeaderWorkerSet numbers its groups from 0, so roles are kept apart)."""
-        roles = {r.role for r in self._by_owner.get(owner, {}).values()}
+        roles = {r.role for r in self.by_owner.get(owner, {}).values()}
         return {role: self.groups(owner, role) for role in sorted(roles)}
 
     def observe(self, key: PodKey, record: PodRecord | None) -> set[OwnerKey]:
         """One pod event (``record`` None: deleted); the owners whose groups changed."""
-        old = self._pods.get(key)
-        if old == record:
-            return set()
-        changed = set()
-        if old is not None:
-            self._pods.pop(key)
-            owned = self._by_owner.get(old.owner, {})
-            owned.pop(key, None)
-            if not owned:
-                self._by_owner.pop(old.owner, None)
-            changed.add(old.owner)
-        if record is not None:
-            self._pods[key] = record
-            self._by_owner.setdefault(record.owner, {})[key] = record
-            changed.add(record.owner)
-        return changed
+        return self.put(key, record.owner if record else None, record)
 
-    def replace(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> set[OwnerKey]:
+    def replace_in(self, namespace: str | None, snapshot: dict[PodKey, PodRecord]) -> set[OwnerKey]:
         """A full listing of ``namespace`` (None: every namespace); the owners that changed."""
-        changed: set[OwnerKey] = set()
-        for key in [k for k in self._pods if namespace is None or k[0] == namespace]:
-            if key not in snapshot:
-                changed |= self.observe(key, None)
-        for key, record in snapshot.items():
-            changed |= self.observe(key, record)
-        return changed
-
-    def __len__(self) -> int:
-        return len(self._pods)
-
-
-OnListed = Callable[[str | None, dict[PodKey, PodRecord]], None]
-OnEvent = Callable[[PodKey, PodRecord | None], None]
+        return self.replace(
+            lambda key: namespace is None or key[0] == namespace,
+            {key: (record.owner, record) for key, record in snapshot.items()},
+        )
 
 
 def pod_key(key: str) -> PodKey:

@@ -35,17 +35,15 @@ from deepseek_operator.actions import (
     plan_write_actions,
     split_children,
 )
-from deepseek_operator.actions.children import pack_body, unpack_body
+from deepseek_operator.actions.children import (
+    involved_object,
+    pack_body,
+    reduced_child,
+    unpack_body,
+)
 from deepseek_operator.actions.roles import plan_decision_actions
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.cache import involved_object, reduced_child
-from deepseek_operator.controller.encoding import (
-    EncodedApply,
-    EncodedObject,
-    encoded_apply,
-    encoded_writes,
-)
-from deepseek_operator.controller.kube import ForeignObject, KubeClient, OwnerGone, refusal
+from deepseek_operator.controller.encoding import EncodedApply, encoded_apply, encoded_writes
 from deepseek_operator.controller.pod_refusals import RECHECK_S, StatefulSetRefusals
 from deepseek_operator.controller.records import Records, ServingRecord
 from deepseek_operator.controller.records import resource_version as _rv
@@ -53,6 +51,8 @@ from deepseek_operator.controller.weights import behind_weights
 from deepseek_operator.controller.weights import utc_now as _now
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.errors import SpecError
+from deepseek_operator.kube.client import ForeignObject, KubeClient, OwnerGone, refusal
+from deepseek_operator.kube.encoding import EncodedObject
 from deepseek_operator.names import LWS_KIND, role_object_name
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan

@@ -13,25 +13,30 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import gc
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
 
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
+from deepseek_operator.actions.children import kept
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.cache import Stores, kept
+from deepseek_operator.controller.cache import (
+    OwnedIndex,
+    child_owner,
+    keep_out_of_gc,
+    live_children,
+    statefulset_owner,
+    within,
+)
 from deepseek_operator.controller.discovery import ClusterApiProbe
-from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.controller.kueue_watch import Workloads
-from deepseek_operator.controller.list_watch import ListWatch, WatchLoop
 from deepseek_operator.controller.node_events import NodeEvents
 from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.pair_admission import PairAdmission
 from deepseek_operator.controller.peering_gate import PeeringGate
-from deepseek_operator.controller.pod_watch import PodGroups, pod_key
+from deepseek_operator.controller.pod_watch import PodGroups
 from deepseek_operator.controller.queue import ReconcileQueue
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.controller.records import KeptBody, Records, ServingKey
@@ -39,9 +44,11 @@ from deepseek_operator.controller.watches import (
     LIST_WATCHES,
     POD_DEBOUNCE_S,
     Asks,
-    Watch,
+    callbacks,
 )
-from deepseek_operator.credentials import Credentials
+from deepseek_operator.kube.client import KubeClient
+from deepseek_operator.kube.credentials import Credentials
+from deepseek_operator.kube.list_watch import ListWatch, WatchLoop
 from deepseek_operator.names import DEFAULT_FILL_IMAGE, DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
 
@@ -74,7 +81,7 @@ class OperatorState(NodeEvents):
     ) -> None:
         self.namespaces = tuple(namespaces)  # empty: the whole cluster
         self.peering_name = peering  # None: standalone
-        self.peering = PeeringGate(priority if peering else None)
+        self.peering = PeeringGate(priority if peering else None, peering)
         self.kube = KubeClient(credentials=credentials)
         self.apis = ClusterApiProbe(self.kube, compute_domain_enabled, router_image, fill_image)
         self.records = Records()  # one per DeepSeekServing: all the operator remembers of it
@@ -86,7 +93,10 @@ class OperatorState(NodeEvents):
             records=self.records,
         )
         self.nodes = NodeTracker()
-        self.stores = Stores()
+        # Children by owner: (kind, namespace/name) → the reduced body (the child watches).
+        self.children: OwnedIndex[tuple[str, str], dict[str, Any]] = OwnedIndex()
+        # LeaderWorkerSets' StatefulSets by LeaderWorkerSet: namespace/name → the reduced body.
+        self.statefulsets: OwnedIndex[str, dict[str, Any]] = OwnedIndex()
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
         self.children_listed = asyncio.Event()  # set once every child watch has listed once
         self._unlisted: set[str] = set()  # child watches yet to list
@@ -100,7 +110,10 @@ class OperatorState(NodeEvents):
         self.pods = PodGroups()
         self.workloads = Workloads()  # Kueue's, of servings with spec.queueName
         self.pair = PairAdmission(
-            self.kube, self.workloads.of, self.stores.live_children, self.workloads.owners
+            self.kube,
+            self.workloads.of,
+            lambda key: live_children(self.children.of(key)),
+            self.workloads.owners,
         )
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
@@ -121,9 +134,9 @@ class OperatorState(NodeEvents):
         return {
             "records": len(records),
             "pending": len(self.queue),
-            "child_owners": len(self.stores.children),
-            "children": self.stores.child_count(),
-            "statefulsets": len(self.stores.statefulsets),
+            "child_owners": len(self.children.by_owner),
+            "children": len(self.children),
+            "statefulsets": len(self.statefulsets.by_owner),
             "pods": len(self.pods),
             "kueue_workloads": len(self.workloads),
             "apply_responses": sum(len(rec.applied) for _key, rec in records),
@@ -148,7 +161,7 @@ class OperatorState(NodeEvents):
                 continue
             for namespace in (self.namespaces or (None,)) if spec.namespaced else (None,):
                 name = spec.name(namespace)
-                on_listed, on_event = self._callbacks(spec, namespace, name)
+                on_listed, on_event = callbacks(self, spec, namespace, name)
                 watch: ListWatch[Any] = ListWatch(
                     self.watch_loop,
                     loop,
@@ -167,49 +180,6 @@ class OperatorState(NodeEvents):
                     self.crd_watches.append((spec.crd, watch))
         for watch in self.watches:
             watch.start()
-
-    def _callbacks(
-        self, spec: Watch, namespace: str | None, name: str
-    ) -> tuple[Callable[[dict[str, Any]], None], Callable[[str, str, Any], None]]:
-        """(on_listed, on_event) of one watch: where its objects go, and what they ask for."""
-        if spec.asks is Asks.MATCHING:  # Nodes
-            return self.nodes_seen, lambda t, key, facts: self.node_seen(
-                key, None if t == "DELETED" else facts
-            )
-        if spec.asks is Asks.SLICES:  # gpu.nvidia.com ResourceSlices: the GPUs of DRA nodes
-            return functools.partial(self.slices_seen, name), self.slice_seen
-        if spec.asks is Asks.CLAIMS:  # ResourceClaims: which DRA devices are no longer free
-            return functools.partial(self.claims_seen, name), self.claim_seen
-        if spec.asks is Asks.CHECKS:  # Kueue AdmissionChecks the operator serves
-            return self.pair.checks_listed, self.pair.check_seen
-        if spec.asks in (Asks.OWNER_STATUS, Asks.ADMISSION):  # pods; Kueue's Workloads
-            store = self.pods if spec.asks is Asks.OWNER_STATUS else self.workloads
-            return (
-                lambda snapshot: self.pods_changed(
-                    store.replace(namespace, {pod_key(k): r for k, r in snapshot.items() if r})
-                ),
-                lambda t, key, record: self.pods_changed(
-                    store.observe(pod_key(key), None if t == "DELETED" else record)
-                ),
-            )
-        if spec.child:
-            return (
-                functools.partial(self.children_seen, spec.kind, name),
-                functools.partial(self.child_seen, spec.kind),
-            )
-        if spec.kind == "StatefulSet":
-            return functools.partial(self.statefulsets_seen, name), self.statefulset_seen
-        return self._peerings_listed, self._peering_seen
-
-    def _ours(self, key: str) -> bool:
-        return key.rpartition("/")[2] == self.peering_name
-
-    def _peerings_listed(self, listed: dict[str, dict[str, Any]]) -> None:
-        self.peering.listed_all({k: v for k, v in listed.items() if self._ours(k)})
-
-    def _peering_seen(self, kind: str, key: str, obj: dict[str, Any]) -> None:
-        if self._ours(key):
-            self.peering.seen(kind, key, obj)
 
     def stop_watches(self) -> None:
         """Close every watch."""
@@ -241,9 +211,15 @@ class OperatorState(NodeEvents):
             self.nodes_changed(changes)
         self.nodes_listed.set()
 
-    def children_seen(self, kind: str, watch: str, listed: dict[str, dict[str, Any]]) -> None:
-        """A full listing of one child kind (at start, or after its watch expired)."""
-        changed = self.stores.children_listed(kind, listed)
+    def children_seen(
+        self, kind: str, namespace: str | None, watch: str, listed: dict[str, dict[str, Any]]
+    ) -> None:
+        """A full listing of one child kind in ``namespace`` (None: every namespace), at start
+        or after its watch expired."""
+        changed = self.children.replace(
+            lambda k: k[0] == kind and within(namespace, k[1]),
+            {(kind, k): (child_owner(k.partition("/")[0], b), b) for k, b in listed.items()},
+        )
         self._listed(watch, changed)
 
     def _listed(self, watch: str, changed: set[ServingKey]) -> None:
@@ -261,7 +237,10 @@ class OperatorState(NodeEvents):
         """One event of a child: readiness, a hand edit, a deletion: reconcile its owner."""
         deleted = type_ == "DELETED"
         namespace, _, name = key.partition("/")
-        owner = self.stores.child_seen(kind, key, None if deleted else body)
+        owner = None if deleted else child_owner(namespace, body)
+        # Its owner now, else (deleted, unlabelled) the one it had.
+        changed = self.children.put((kind, key), owner, None if deleted else body)
+        owner = owner or next(iter(changed), None)
         if deleted:
             self.records.child_deleted(namespace, kind, name, owner[1] if owner else None)
         if owner is None:
@@ -270,18 +249,26 @@ class OperatorState(NodeEvents):
             return  # the watch echoing our own apply
         self._owner_changed(owner)
 
-    def statefulsets_seen(self, watch: str, listed: dict[str, dict[str, Any]]) -> None:
-        """A full listing of LeaderWorkerSets' StatefulSets."""
-        changed = self.stores.statefulsets_listed(listed)
+    def statefulsets_seen(
+        self, namespace: str | None, watch: str, listed: dict[str, dict[str, Any]]
+    ) -> None:
+        """A full listing of LeaderWorkerSets' StatefulSets in ``namespace`` (None: all)."""
+        changed = self.statefulsets.replace(
+            lambda k: within(namespace, k),
+            {k: (statefulset_owner(k.partition("/")[0], b), b) for k, b in listed.items()},
+        )
         self._listed(watch, changed)
 
     def statefulset_seen(self, type_: str, key: str, body: dict[str, Any]) -> None:
         """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves,
         if any (our LeaderWorkerSet is named after it), so pods its controller cannot create
         surface as ``PodsRefused``."""
-        lws = self.stores.statefulset_seen(key, None if type_ == "DELETED" else body)
-        if lws is not None:
-            self._owner_changed(lws)
+        owner = None if type_ == "DELETED" else statefulset_owner(key.partition("/")[0], body)
+        changed = self.statefulsets.put(key, owner, body)
+        if owner is not None or type_ == "DELETED":  # its LeaderWorkerSet now, else the old one
+            lws = owner or next(iter(changed), None)
+            if lws is not None:
+                self._owner_changed(lws)
 
     def _owner_changed(self, key: ServingKey) -> None:
         # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
@@ -326,15 +313,14 @@ class OperatorState(NodeEvents):
         """Reconcile ``key`` with whatever the stores hold once its turn comes."""
         await self.nodes_listed.wait()  # never decide on a partial inventory
         await self.children_listed.wait()  # nor on a partial view of what exists
-        stores = self.stores
         self.records.ensure(key).workloads = self.workloads.of(key)  # Kueue's, for Admitted
         return await self.reconciler.reconcile(
             key,
             lambda: self.body(key),
             self.nodes.inventory,
-            lambda: stores.live_children(key),
+            lambda: live_children(self.children.of(key)),
             trigger,
-            statefulsets_of=lambda: stores.lws_statefulsets(key),
+            statefulsets_of=lambda: list(self.statefulsets.of(key).values()),
             groups_of=lambda: self.pods.by_role(key),
             status_only=status_only,
         )
@@ -383,14 +369,3 @@ class OperatorState(NodeEvents):
         """``key`` was deleted: cancel its pending reconcile and drop its record."""
         self.queue.cancel(key)
         self.reconciler.gone(key, uid)
-
-
-def keep_out_of_gc() -> None:
-    """Exempt every object alive now (modules, the Node index, a listing's children) from the
-    cyclic garbage collector's future passes.
-
-    At 10,000 Nodes a full collection walked the whole index with the event loop stopped:
-    35-75 ms each, several a second while the heap grew and more while objects were reconciled
-    (5-10 ms once the index is frozen). Frozen objects are still freed by reference counting
-    when they are dropped."""
-    gc.freeze()

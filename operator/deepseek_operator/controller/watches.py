@@ -36,18 +36,18 @@ What an event asks for (:class:`Asks`):
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from deepseek_operator.controller.cache import kept, reduced_child, reduced_statefulset
+from deepseek_operator.actions.children import kept, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, KUEUE_CRD, LWS_CRD
-from deepseek_operator.controller.kube import group_version_prefix
 from deepseek_operator.controller.kueue_watch import workload_record
-from deepseek_operator.controller.node_tracker import slice_of
-from deepseek_operator.controller.node_watch import facts_of
+from deepseek_operator.controller.node_tracker import facts_of, slice_of
 from deepseek_operator.controller.pair_admission import admission_check_record
-from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_record
+from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_key, pod_record
+from deepseek_operator.kube.client import group_version_prefix
 from deepseek_operator.names import (
     API_VERSION,
     COMPUTE_DOMAIN_API_VERSION,
@@ -65,6 +65,9 @@ from deepseek_operator.names import (
     RESOURCE_CLAIM_TEMPLATE_KIND,
 )
 from deepseek_operator.nodes.claims import claim_of
+
+if TYPE_CHECKING:  # the state holds the watches; only its type is needed here
+    from deepseek_operator.controller.state import OperatorState
 
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 KUEUE_CHECK_CRD = "admissionchecks.kueue.x-k8s.io"
@@ -197,3 +200,39 @@ WATCHES: tuple[Watch, ...] = (
 )
 CHILD_KINDS = tuple(w for w in WATCHES if w.child)
 LIST_WATCHES = tuple(w for w in WATCHES if w.via == "list-watch")
+
+
+def callbacks(
+    state: OperatorState, spec: Watch, namespace: str | None, name: str
+) -> tuple[Callable[[dict[str, Any]], None], Callable[[str, str, Any], None]]:
+    """(on_listed, on_event) of one watch of ``state``: where its objects go, what they ask for."""
+    if spec.asks is Asks.MATCHING:  # Nodes
+        return state.nodes_seen, lambda t, key, facts: state.node_seen(
+            key, None if t == "DELETED" else facts
+        )
+    if spec.asks is Asks.SLICES:  # gpu.nvidia.com ResourceSlices: the GPUs of DRA nodes
+        return functools.partial(state.slices_seen, name), state.slice_seen
+    if spec.asks is Asks.CLAIMS:  # ResourceClaims: which DRA devices are no longer free
+        return functools.partial(state.claims_seen, name), state.claim_seen
+    if spec.asks is Asks.CHECKS:  # Kueue AdmissionChecks the operator serves
+        return state.pair.checks_listed, state.pair.check_seen
+    if spec.asks in (Asks.OWNER_STATUS, Asks.ADMISSION):  # pods; Kueue's Workloads
+        store = state.pods if spec.asks is Asks.OWNER_STATUS else state.workloads
+        return (
+            lambda listed: state.pods_changed(
+                store.replace_in(
+                    namespace, {pod_key(k): r for k, r in listed.items() if r is not None}
+                )
+            ),
+            lambda t, key, record: state.pods_changed(
+                store.observe(pod_key(key), None if t == "DELETED" else record)
+            ),
+        )
+    if spec.child:
+        return (
+            functools.partial(state.children_seen, spec.kind, namespace, name),
+            functools.partial(state.child_seen, spec.kind),
+        )
+    if spec.kind == "StatefulSet":
+        return functools.partial(state.statefulsets_seen, namespace, name), state.statefulset_seen
+    return state.peering.listed_all, state.peering.seen  # kopf's peering object

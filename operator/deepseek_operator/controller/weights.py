@@ -18,8 +18,8 @@ from typing import Any
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.status import WeightsStatus
-from deepseek_operator.controller.kube import KubeClient
 from deepseek_operator.engine.cluster_apis import ClusterApis
+from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import FILL_CONTAINER
 from deepseek_operator.plan import Observed, Plan, with_weights_gate
 from deepseek_operator.render.weights import (

@@ -14,8 +14,9 @@ from typing import Any
 
 import kopf
 
+from deepseek_operator.controller.cache import keep_out_of_gc
 from deepseek_operator.controller.discovery import ADDON_CRDS
-from deepseek_operator.controller.state import OperatorState, keep_out_of_gc
+from deepseek_operator.controller.state import OperatorState
 from deepseek_operator.controller.watches import NODE_DEBOUNCE_S, WATCHES, Asks
 
 # kopf peering: a peer whose heartbeat is older than this is dead, so a standby operator takes
@@ -61,7 +62,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
 
 
 def login(memo: OperatorState, **_: Any) -> kopf.ConnectionInfo:
-    """kopf's credentials: the same as our own client's (:mod:`deepseek_operator.credentials`), read again each
+    """kopf's credentials: the same as our own client's (:mod:`deepseek_operator.kube.credentials`), read again each
     time kopf asks (after a 401, for a rotated token)."""
     info: kopf.ConnectionInfo = memo.kube.credentials().connection_info()
     return info

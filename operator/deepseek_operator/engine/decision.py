@@ -114,7 +114,12 @@ def resolve(
     res = with_capacity(inputs, res)
     if advise and not multi_pod and res.capacity is not None and res.capacity.rows:
         res = _with_layout_advice(res, spec, inventory, apis, kv_role, owner)
-    if claims_gpus(spec, cands, res):
+    # With ``auto``, pods claim through DRA only where every node of their pool has its GPUs
+    # as DRA devices: a pool without one such node is decided once, not walked per decision.
+    dra_pool = spec.gpu_allocation != "auto" or shared(
+        "any_dra", lambda: any(n.gpus_from_dra for n in cands)
+    )
+    if dra_pool and claims_gpus(spec, cands, res):
         res = dataclasses.replace(res, gpu_claims=True)
     if not multi_pod:
         return res

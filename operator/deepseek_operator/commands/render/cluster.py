@@ -18,7 +18,7 @@ def cluster_group_versions() -> set[str]:
     try:
         from kubernetes import client
 
-        from deepseek_operator.credentials import api_client
+        from deepseek_operator.kube.credentials import api_client
 
         groups = client.ApisApi(api_client()).get_api_versions().groups or []
         return {v.group_version for g in groups for v in (g.versions or [])}
@@ -33,7 +33,7 @@ def cluster_nodes() -> list[dict[str, Any]]:
     try:
         from kubernetes import client
 
-        from deepseek_operator.credentials import api_client
+        from deepseek_operator.kube.credentials import api_client
 
         api = client.CoreV1Api(api_client())
         raw = api.list_node(_preload_content=False)
@@ -51,7 +51,7 @@ def cluster_resource_slices() -> list[dict[str, Any]]:
     try:
         from kubernetes import client
 
-        from deepseek_operator.credentials import api_client
+        from deepseek_operator.kube.credentials import api_client
 
         group, _, version = DRA_API_VERSION.partition("/")
         raw = client.CustomObjectsApi(api_client()).list_cluster_custom_object(
@@ -74,7 +74,7 @@ def cluster_resource_claims() -> list[dict[str, Any]]:
     try:
         from kubernetes import client
 
-        from deepseek_operator.credentials import api_client
+        from deepseek_operator.kube.credentials import api_client
 
         group, _, version = DRA_API_VERSION.partition("/")
         raw = client.CustomObjectsApi(api_client()).list_cluster_custom_object(

@@ -7,7 +7,7 @@ else's in the way is reported (:class:`ForeignObject`), never adopted or fought 
 REST paths come from the API server's discovery (one ``GET`` per API group version, cached for
 the life of the process), so a new child kind (LeaderWorkerSet, ComputeDomain,
 ResourceClaimTemplate) needs no hand-written path. Requests go out through the ``kubernetes``
-client's ``urllib3`` pool with the credentials of :mod:`deepseek_operator.credentials`; a call
+client's ``urllib3`` pool with the credentials of :mod:`deepseek_operator.kube.credentials`; a call
 blocks, so every call runs in a worker thread
 (:class:`WriteQueue`: status writes before child writes). One field manager owns every field we
 set; ``force`` takes fields back from hand edits. A 429 (API Priority and Fairness) is sent
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.actions import controlled_by, describe_owner
-from deepseek_operator.controller import metrics
-from deepseek_operator.controller.api_errors import (
+from deepseek_operator.kube import metrics
+from deepseek_operator.kube.api_errors import (
     TRY_AGAIN_STATUSES,
     ApiError,
     ForeignObject,
@@ -38,9 +38,9 @@ from deepseek_operator.controller.api_errors import (
     refusal,
     retry_after,
 )
-from deepseek_operator.controller.encoding import EncodedObject, encode_body
-from deepseek_operator.controller.write_queue import Priority, WriteQueue
-from deepseek_operator.credentials import Credentials, load_credentials
+from deepseek_operator.kube.credentials import Credentials, load_credentials
+from deepseek_operator.kube.encoding import EncodedObject, encode_body
+from deepseek_operator.kube.write_queue import Priority, WriteQueue
 from deepseek_operator.names import API_VERSION, FIELD_MANAGER, KIND
 
 __all__ = [

@@ -22,6 +22,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,8 @@ from typing import Any
 from deepseek_operator.errors import DeepSeekOperatorError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# How long an Authorization header is used before the client's refresh hook is asked again.
+REFRESH_S = 1.0
 
 
 class CredentialsError(DeepSeekOperatorError):
@@ -47,15 +50,31 @@ class Credentials:
         self.namespace = namespace
         # The refresh hook may run a credential plugin: once at a time, not once per thread.
         self._lock = threading.Lock()
+        self._asked: tuple[float, str | None] | None = None  # (monotonic time, the header)
 
     def authorization(self) -> str | None:
         """The ``Authorization`` header's value, refreshed by the client when due (an expired
-        exec token, a rotated ServiceAccount token); None for a client certificate alone."""
-        cfg = self.configuration
+        exec token, a rotated ServiceAccount token); None for a client certificate alone.
+
+        The client's refresh hook re-applies the whole configuration (host, TLS and proxy
+        settings) on each call, and in a burst 32 writer threads asked several hundred times a
+        second, one at a time: it is asked at most every :data:`REFRESH_S`. The client renews
+        an exec token five minutes before it expires and re-reads a ServiceAccount token every
+        minute, so that second never sends an expired token."""
+        asked = self._asked
+        if asked is not None and time.monotonic() - asked[0] < REFRESH_S:
+            return asked[1]
         with self._lock:
-            header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
-                "authorization"
-            )
+            asked = self._asked
+            if asked is None or time.monotonic() - asked[0] >= REFRESH_S:
+                asked = self._asked = (time.monotonic(), self._ask())
+            return asked[1]
+
+    def _ask(self) -> str | None:
+        cfg = self.configuration
+        header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+            "authorization"
+        )
         if header:
             return str(header)
         if cfg.username or cfg.password:

@@ -34,9 +34,9 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, Generic, TypeVar
 
-from deepseek_operator.controller import metrics
-from deepseek_operator.controller.api_errors import retry_after
-from deepseek_operator.controller.kube import KubeClient
+from deepseek_operator.kube import metrics
+from deepseek_operator.kube.api_errors import retry_after
+from deepseek_operator.kube.client import KubeClient
 
 log = logging.getLogger("deepseek_operator.controller")
 
