@@ -184,10 +184,12 @@ def test_the_fill_job_runs_in_a_container_and_vllm_reads_the_cache_read_only(
     try:
         run(kc, t0, timings)
     finally:
+        t_cleanup = time.monotonic()
         kc.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=true", timeout=180,
                    check=False)  # fmt: skip
         kc.kubectl("delete", "pv", PV, "--ignore-not-found", check=False)
         kc.run("docker", "exec", NODE, "rm", "-rf", HOST_DIR, check=False)
+        timings["cleanup"] = time.monotonic() - t_cleanup
     print("weights fill on kind (s):", {k: round(v, 1) for k, v in timings.items()})
 
 
