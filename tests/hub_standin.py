@@ -136,14 +136,21 @@ class HubStandin:
         return None
 
     # --- lifecycle -------------------------------------------------------------------------
-    def start(self, port: int = 0) -> HubStandin:
-        """Listen on 127.0.0.1: the hub on ``port`` (0: a free one), the CDN on a free one."""
-        for role, at in (("hub", port), ("cdn", 0)):
-            server = _Server(("127.0.0.1", at), _handler(self, role))
+    def start(
+        self, port: int = 0, *, host: str = "127.0.0.1", cdn_port: int = 0, advertise: str = ""
+    ) -> HubStandin:
+        """Listen on ``host``: the hub on ``port`` (0: a free one), the CDN on ``cdn_port``.
+
+        ``advertise`` is the host name clients reach both by (default ``host``): the CDN's
+        redirect URLs name it. Only a pod (the kind tier) listens elsewhere than 127.0.0.1.
+        """
+        for role, at in (("hub", port), ("cdn", cdn_port)):
+            server = _Server((host, at), _handler(self, role))
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self._servers.append(server)
-        self.endpoint = f"http://127.0.0.1:{self._servers[0].server_address[1]}"
-        self.cdn = f"http://127.0.0.1:{self._servers[1].server_address[1]}"
+        name = advertise or host
+        self.endpoint = f"http://{name}:{self._servers[0].server_address[1]}"
+        self.cdn = f"http://{name}:{self._servers[1].server_address[1]}"
         return self
 
     def stop(self) -> None:
@@ -407,14 +414,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shard-mib", type=int, default=16)
     parser.add_argument("--port", type=int, default=0, help="the hub's port (default: a free one)")
     parser.add_argument("--token", help="make the repository gated, readable with this token")
+    parser.add_argument("--host", default="127.0.0.1", help="the address both servers listen on")
+    parser.add_argument("--cdn-port", type=int, default=0, help="the CDN's port (default: free)")
+    parser.add_argument(
+        "--advertise", default="", help="the host name clients use (default: --host)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hub-standin-") as tmp:
         files = make_checkpoint(Path(tmp), args.shards, args.shard_mib * 1024 * 1024)
-        hub = HubStandin(tokens={args.token} if args.token else set()).start(args.port)
+        hub = HubStandin(tokens={args.token} if args.token else set()).start(
+            args.port, host=args.host, cdn_port=args.cdn_port, advertise=args.advertise
+        )
         repo = hub.add_commit(args.repo, hashlib.sha1(args.repo.encode()).hexdigest(), files)
         if args.token:
             repo.gated, repo.granted = True, {args.token}
-        print(f"HF_ENDPOINT={hub.endpoint} serves {args.repo} (revision main)", flush=True)
+        commit = repo.refs["main"]
+        print(f"HF_ENDPOINT={hub.endpoint} serves {args.repo} (main: {commit})", flush=True)
         try:
             threading.Event().wait()
         except KeyboardInterrupt:
