@@ -86,11 +86,12 @@ corpus: venv ## capture `render` over examples, fixtures and generated variants 
 TEST_WORKERS ?= 3
 # What `make test` builds and checks before pytest, BUILD_JOBS side by side (on a cold machine
 # most of it waits on downloads; each hack script takes its own lock, so parallel runs are safe).
+# Their logs interleave as they come, each line prefixed with its script's name and the time.
 BUILD_JOBS ?= 6
 test-prereqs: venv cluster-bins vllm-newest vllm-router-venv image kind-node lint typecheck
 
 test: ## THE test command: builds, lint and types side by side, then unit + integration + e2e against a real local control plane, the built image and the kind tier (TEST_WORKERS=3 in parallel)
-	$(MAKE) --no-print-directory -j $(BUILD_JOBS) --output-sync=line test-prereqs
+	$(MAKE) --no-print-directory -j $(BUILD_JOBS) test-prereqs
 	DSO_REQUIRE_CLUSTER=1 $(BIN)/pytest -q -n $(TEST_WORKERS)
 
 bench: venv ## benchmarks of the core (resolve over 5,000 nodes, render wall time)

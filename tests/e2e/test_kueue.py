@@ -23,7 +23,14 @@ import yaml
 from tests.k8s.cluster import ControlPlane, unique_name, wait_for
 from tests.k8s.conditions import condition, wait_condition
 from tests.k8s.dra import ComputeDomainDriver
-from tests.k8s.kueue import GATE, admission_check, cluster_queue, local_queue, resource_flavor
+from tests.k8s.kueue import (
+    GATE,
+    admission_check,
+    cluster_queue,
+    local_queue,
+    resource_flavor,
+    workload_priority_class,
+)
 from tests.k8s.operator import OperatorProcess
 from tests.racks import two_racks
 
@@ -377,3 +384,73 @@ def test_the_operators_admission_check_admits_a_pair_whole(
             assert states == {check: "Ready"}, states
     finally:
         cp.kubectl("delete", "admissioncheck", check, "--wait=false", check=False)
+
+
+def test_a_preempted_serving_is_reported_and_comes_back_whole(
+    kueue_cluster: ControlPlane,
+    operator: OperatorProcess,
+    namespace: str,
+    racks: list[Any],
+) -> None:
+    """Another team's higher-priority pod preempts the serving's group: the serving says
+    Evicted in Kueue's words, none of its pods runs while it waits, and once that pod is gone
+    the group is admitted again and runs whole."""
+    cp = kueue_cluster
+    high, cq = unique_name("high"), unique_name("gpus")
+    cp.apply(workload_priority_class(high, 1000))
+    cp.apply(resource_flavor())
+    cp.apply(cluster_queue(cq, gpus=GROUP_GPUS, preempt_lower=True))
+    cp.apply(local_queue(QUEUE, namespace, cq))
+    urgent = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "urgent",
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/queue-name": QUEUE, "kueue.x-k8s.io/priority-class": high},
+        },
+        "spec": {
+            "nodeSelector": {"pool": namespace},
+            "containers": [
+                {
+                    "name": "job",
+                    "image": "registry.invalid/batch:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "4"}},
+                }
+            ],
+        },
+    }
+    try:
+        cp.apply(_serving("low", namespace))
+        wait_for(lambda: _running(cp, namespace, "low"), timeout=240, what="low Running")
+        wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="low")
+
+        cp.apply(urgent)
+        obj = wait_condition(cp, namespace, "Admitted", "False", reason="Evicted", name="low")
+        assert "Preempted" in condition(obj, "Admitted")["message"], condition(obj, "Admitted")
+        assert condition(obj, "Ready")["status"] == "False"
+        wait_for(
+            lambda: all(_gated(p) for p in _pods(cp, namespace, "low")),
+            timeout=120,
+            what="no pod of the preempted group runs ungated",
+        )
+        wait_for(
+            lambda: (
+                (p := cp.kubectl_json("get", "pod", "urgent", "-n", namespace))
+                and not _gated(p)
+                and p["status"].get("phase") == "Running"
+            ),
+            timeout=120,
+            what="the urgent pod admitted and running",
+        )
+
+        cp.kubectl("delete", "pod", "urgent", "-n", namespace, "--wait=false")
+        back = wait_for(
+            lambda: _running(cp, namespace, "low"), timeout=240, what="low Running whole again"
+        )
+        assert all(not _gated(p) and p["spec"].get("nodeName") for p in back)
+        wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="low")
+    finally:
+        cp.kubectl("delete", "pod", "urgent", "-n", namespace, "--ignore-not-found", check=False)
+        cp.kubectl("delete", "clusterqueue", cq, "--wait=false", "--ignore-not-found", check=False)
+        cp.kubectl("delete", "workloadpriorityclass", high, "--ignore-not-found", check=False)

@@ -243,13 +243,17 @@ def resource_flavor(name: str = "default-flavor") -> dict[str, Any]:
     }
 
 
-def cluster_queue(name: str, *, gpus: int, flavor: str = "default-flavor") -> dict[str, Any]:
-    """A ClusterQueue for every namespace with ``gpus`` nvidia.com/gpu (CPU and memory ample)."""
+def cluster_queue(
+    name: str, *, gpus: int, flavor: str = "default-flavor", preempt_lower: bool = False
+) -> dict[str, Any]:
+    """A ClusterQueue for every namespace with ``gpus`` nvidia.com/gpu (CPU and memory ample);
+    ``preempt_lower``: a Workload may preempt lower-priority ones of the same ClusterQueue."""
     return {
         "apiVersion": f"{KUEUE_GROUP}/v1beta2",
         "kind": "ClusterQueue",
         "metadata": {"name": name},
         "spec": {
+            **({"preemption": {"withinClusterQueue": "LowerPriority"}} if preempt_lower else {}),
             "namespaceSelector": {},
             "resourceGroups": [
                 {
@@ -308,3 +312,14 @@ def kueue_cluster(
     finally:
         del lws_cluster.extras["kueue"]
         install.uninstall()
+
+
+def workload_priority_class(name: str, value: int) -> dict[str, Any]:
+    """A Kueue WorkloadPriorityClass (label ``kueue.x-k8s.io/priority-class`` names it)."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/v1beta2",
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "description": "a test's priority",
+    }
