@@ -23,9 +23,14 @@ CACHE="${DSO_CACHE:-${HOME}/.cache/deepseek-operator}"
 BIN="${CACHE}/bin"
 WORK="${CACHE}/build"
 mkdir -p "${BIN}" "${WORK}"
-# One build at a time per cache (concurrent sessions would share the wrapper directories).
-exec 9>"${CACHE}/.build.lock"
-flock 9
+# One build of a component at a time per cache (concurrent runs would share its wrapper
+# directory), but a lock per component: `make test` runs this script and hack/build-kind-node.sh
+# (which asks for kubernetes, etcd and lws) side by side, and the second need not wait for the
+# components it does not ask for.
+lock_component() {
+  exec 9>"${CACHE}/.build-$1.lock"  # closing the previous fd 9 releases the previous lock
+  flock 9
+}
 
 export GOTOOLCHAIN=local
 export CGO_ENABLED=0
@@ -234,6 +239,8 @@ main() {
   [[ ${#components[@]} -gt 0 ]] || components=(etcd kubernetes kwok helm lws kueue)
   local t0=${SECONDS} c
   for c in "${components[@]}"; do
+    [[ "${c}" == k8s ]] && c=kubernetes
+    lock_component "${c}"
     case "${c}" in
       etcd) build_etcd ;;
       kubernetes | k8s) build_kubernetes ;;
@@ -244,6 +251,7 @@ main() {
       *) echo "error: unknown component '${c}' (etcd kubernetes kwok helm lws kueue)" >&2; exit 2 ;;
     esac
   done
+  exec 9>&-
   log "done in $((SECONDS - t0))s; binaries in ${BIN}"
   echo "${BIN}"
 }

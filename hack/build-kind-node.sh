@@ -137,44 +137,10 @@ else
   log "rootfs ${ROOTFS_IMAGE}: built in $((SECONDS - t0)) s"
 fi
 
-# --- 3. what needs the control plane's Kubernetes build (the lock of build-control-plane.sh; the
-# steps above overlap with it on a cold machine) ----------------------------------------------
-# The control-plane binaries (and the Kubernetes wrapper module this script reuses).
-CP_BIN="$("${HERE}/build-control-plane.sh" kubernetes etcd lws | tail -n 1)"
-stamp="kubernetes=${K} $("${GO}" env GOVERSION)"
-if stamp_ok node-kubernetes "${stamp}" && [[ -x "${KBIN}/kubelet" && -x "${KBIN}/kubeadm" && -x "${KBIN}/kube-proxy" ]]; then
-  log "kubelet kubeadm kube-proxy ${K}: up to date"
-else
-  t0=${SECONDS}
-  src="${CACHE}/build/kubernetes-${K}"
-  [[ -f "${src}/go.mod" ]] || { echo "error: ${src}/go.mod missing (hack/build-control-plane.sh)" >&2; exit 1; }
-  # A copy of build-control-plane.sh's wrapper module (staging replaces, GODEBUG defaults), so
-  # its own go.mod stays untouched; the same flags and version stamping.
-  w="${WORK}/kubernetes-${K}"
-  rm -rf "${w}"; mkdir -p "${w}"; cp "${src}/go.mod" "${src}/go.sum" "${w}/"
-  (
-    cd "${w}"
-    "${GO}" get -tool "k8s.io/kubernetes/cmd/kubelet@${K}" "k8s.io/kubernetes/cmd/kubeadm@${K}" \
-      "k8s.io/kubernetes/cmd/kube-proxy@${K}"
-    minor="${K#v1.}"; mm="${minor%%.*}"
-    v=""
-    for key in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      v+=" -X ${key}.gitVersion=${K} -X ${key}.gitMajor=1 -X ${key}.gitMinor=${mm}"
-      v+=" -X ${key}.gitTreeState=clean -X ${key}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    done
-    "${GO}" build -mod=mod -pgo=off -tags=selinux,notest,grpcnotrace -ldflags="-s -w${v}" \
-      -o "${KBIN}/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm \
-      k8s.io/kubernetes/cmd/kube-proxy
-  )
-  echo "${stamp}" >"${KBIN}/.stamp-node-kubernetes"
-  log "kubelet kubeadm kube-proxy ${K}: built in $((SECONDS - t0)) s"
-fi
-
-# CoreDNS at the tag kubeadm's image list names (its Deployment then runs unchanged), and
-# kube-network-policies; both `go install`ed from the Go module proxy (~140 s and ~85 s on 2 cores).
-COREDNS_REF="$("${KBIN}/kubeadm" config images list --kubernetes-version "${K}" 2>/dev/null | grep '/coredns:')"
-COREDNS_VERSION="${COREDNS_REF##*:}"
-[[ -n "${COREDNS_VERSION}" ]] || { echo "error: kubeadm ${K} lists no CoreDNS image" >&2; exit 1; }
+# CoreDNS at the tag kubeadm's image list names (its Deployment then runs unchanged; pinned in
+# versions.env and checked against kubeadm below), and kube-network-policies; both built from the
+# Go module proxy (~140 s and ~85 s on 2 cores) before this script waits for the control plane's
+# Kubernetes build, so that on a cold machine they overlap with it.
 go_install_bin() {  # name module/package version output
   local name="$1" pkg="$2" version="$3" out="$4"
   local stamp="${name}=${version} $("${GO}" env GOVERSION)"
@@ -241,6 +207,46 @@ EOF
   log "kube-network-policies ${v} (queue verdicts via xtables NFQUEUE): built in $((SECONDS - t0)) s"
 }
 build_kube_network_policies
+
+# --- 3. what needs the control plane's Kubernetes build (the lock of build-control-plane.sh; the
+# steps above overlap with it on a cold machine) ----------------------------------------------
+# The control-plane binaries (and the Kubernetes wrapper module this script reuses).
+CP_BIN="$("${HERE}/build-control-plane.sh" kubernetes etcd lws | tail -n 1)"
+stamp="kubernetes=${K} $("${GO}" env GOVERSION)"
+if stamp_ok node-kubernetes "${stamp}" && [[ -x "${KBIN}/kubelet" && -x "${KBIN}/kubeadm" && -x "${KBIN}/kube-proxy" ]]; then
+  log "kubelet kubeadm kube-proxy ${K}: up to date"
+else
+  t0=${SECONDS}
+  src="${CACHE}/build/kubernetes-${K}"
+  [[ -f "${src}/go.mod" ]] || { echo "error: ${src}/go.mod missing (hack/build-control-plane.sh)" >&2; exit 1; }
+  # A copy of build-control-plane.sh's wrapper module (staging replaces, GODEBUG defaults), so
+  # its own go.mod stays untouched; the same flags and version stamping.
+  w="${WORK}/kubernetes-${K}"
+  rm -rf "${w}"; mkdir -p "${w}"; cp "${src}/go.mod" "${src}/go.sum" "${w}/"
+  (
+    cd "${w}"
+    "${GO}" get -tool "k8s.io/kubernetes/cmd/kubelet@${K}" "k8s.io/kubernetes/cmd/kubeadm@${K}" \
+      "k8s.io/kubernetes/cmd/kube-proxy@${K}"
+    minor="${K#v1.}"; mm="${minor%%.*}"
+    v=""
+    for key in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      v+=" -X ${key}.gitVersion=${K} -X ${key}.gitMajor=1 -X ${key}.gitMinor=${mm}"
+      v+=" -X ${key}.gitTreeState=clean -X ${key}.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    done
+    "${GO}" build -mod=mod -pgo=off -tags=selinux,notest,grpcnotrace -ldflags="-s -w${v}" \
+      -o "${KBIN}/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm \
+      k8s.io/kubernetes/cmd/kube-proxy
+  )
+  echo "${stamp}" >"${KBIN}/.stamp-node-kubernetes"
+  log "kubelet kubeadm kube-proxy ${K}: built in $((SECONDS - t0)) s"
+fi
+
+
+COREDNS_REF="$("${KBIN}/kubeadm" config images list --kubernetes-version "${K}" 2>/dev/null | grep '/coredns:')"
+[[ "${COREDNS_REF##*:}" == "${COREDNS_VERSION}" ]] || {
+  echo "error: kubeadm ${K} lists CoreDNS '${COREDNS_REF##*:}', hack/versions.env pins ${COREDNS_VERSION}" >&2
+  exit 1
+}
 
 # What the README's recipe applies besides hack/kind-network.yaml, from the same module versions
 # as the images: kube-network-policies' own install.yaml (its RBAC, ServiceAccount and DaemonSet)
