@@ -191,8 +191,17 @@ def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
         for p in pods
     ]
     # The serving says it waits for quota, in Kueue's words, not for nodes.
-    obj = wait_condition(cp, namespace, "Admitted", "False", reason="Pending", name="second")
-    assert message in condition(obj, "Admitted")["message"], condition(obj, "Admitted")
+    # The status follows Kueue's Workload events: an earlier Pending may not carry its message yet.
+    obj = wait_for(
+        lambda: (
+            (o := cp.kubectl_json("get", "dss", "second", "-n", namespace))
+            and condition(o, "Admitted").get("reason") == "Pending"
+            and message in condition(o, "Admitted").get("message", "")
+            and o
+        ),
+        timeout=180,
+        what="second's Admitted: Pending with Kueue's message",
+    )
     ready = condition(obj, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "WaitingForQuota"), ready
     assert condition(obj, "Placeable")["status"] == "True"  # the nodes are there
@@ -371,7 +380,7 @@ def test_the_operators_admission_check_admits_a_pair_whole(
         # earlier status may still say NoWorkloadYet for the role Kueue made a Workload for last).
         wait_for(
             lambda: sorted(role_reasons().values()) == ["Pending", "QuotaReserved"],
-            timeout=60,
+            timeout=180,
             what="pair two's Admitted per role: Pending and QuotaReserved",
         )
 
