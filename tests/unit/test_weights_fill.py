@@ -15,13 +15,13 @@ from deepseek_operator.api import status as S
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import FILL_EXIT_CODES, FILL_FATAL_CAUSES, WEIGHTS_READY
+from deepseek_operator.nodes.dra_device import parse_quantity_bytes
 from deepseek_operator.plan import Observed, with_weights_gate
 from deepseek_operator.render.weights import (
     FillObserved,
     FillPod,
     fill_job_name,
     last_report,
-    quantity_bytes,
     render_fill_job,
     serving_fill_job_name,
     weights_state,
@@ -283,10 +283,10 @@ def test_vllm_pods_read_the_filled_cache_read_only_and_offline() -> None:
 def test_log_and_quantity_parsing() -> None:
     assert last_report("not json\n{bad\n") is None
     assert last_report(progress(1, 2))["bytesDone"] == 1  # type: ignore[index]
-    assert quantity_bytes("600Gi") == 600 * 1024**3
-    assert quantity_bytes("1T") == 10**12
-    assert quantity_bytes("5e9") == 5 * 10**9
-    assert quantity_bytes("lots") is None
+    assert parse_quantity_bytes("600Gi") == 600 * 1024**3
+    assert parse_quantity_bytes("1T") == 10**12
+    assert parse_quantity_bytes("5e9") == 5 * 10**9
+    assert parse_quantity_bytes("lots") is None
 
 
 def test_the_docs_fill_example_is_admitted_and_renders_its_job() -> None:

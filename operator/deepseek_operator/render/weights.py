@@ -55,6 +55,7 @@ from deepseek_operator.names import (
     REASON_WEIGHTS_REVISION_REQUIRED,
     WEIGHTS_READY,
 )
+from deepseek_operator.nodes.dra_device import parse_quantity_bytes
 from deepseek_operator.render.status import condition
 
 FILL_HF_HOME = "/cache"
@@ -261,33 +262,6 @@ def checkpoint_bytes(model: str) -> int | None:
     return int(facts.checkpoint_gib * _GIB)
 
 
-_SUFFIXES = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-}
-
-
-def quantity_bytes(text: str) -> int | None:
-    """A storage quantity (``600Gi``, ``500G``, ``1e12``) in bytes; None when it is not one."""
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMGTPE]i|[kMGTPE]|[eE][0-9]+)?", text.strip())
-    if m is None:
-        return None
-    number, suffix = float(m.group(1)), m.group(2) or ""
-    if suffix[:1] in ("e", "E") and suffix[1:].isdigit():
-        return int(number * 10 ** int(suffix[1:]))
-    return int(number * _SUFFIXES.get(suffix, 1))
-
-
 def last_report(log_tail: str) -> Mapping[str, Any] | None:
     """The last ``plan``, ``progress`` or ``done`` line of the fill's log (None: none yet)."""
     for line in reversed(log_tail.splitlines()):
@@ -434,7 +408,7 @@ def weights_state(
             None,
         )
     needed = checkpoint_bytes(spec.model.name)
-    requested = quantity_bytes(observed.claim_request or "")
+    requested = parse_quantity_bytes(observed.claim_request or "")
     if needed is not None and requested is not None and requested < needed:
         return WeightsState(
             False,
