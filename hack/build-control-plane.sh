@@ -32,11 +32,8 @@ lock_component() {
   flock 9
 }
 
-export GOTOOLCHAIN=local
-export CGO_ENABLED=0
-export GOFLAGS="-trimpath"
-GO="${GO:-go}"
-command -v "${GO}" >/dev/null || { echo "error: Go toolchain '${GO}' not found" >&2; exit 1; }
+# shellcheck source=go-build-env.sh
+source "${HERE}/go-build-env.sh"
 
 log() { printf '[build-control-plane %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 

@@ -51,12 +51,11 @@ NODE_IMAGE="${DSO_KIND_NODE_IMAGE:-deepseek-operator-kind-node:${K}}"
 NET_IMAGE="deepseek-operator-kind-network:v1"
 MIRROR="${DSO_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 mkdir -p "${KBIN}"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
-GO="${GO:-go}"
+# shellcheck source=go-build-env.sh
+source "${HERE}/go-build-env.sh"
 
 log() { printf '[build-kind-node %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 T_ALL=${SECONDS}
-command -v "${GO}" >/dev/null || { echo "error: Go toolchain '${GO}' not found" >&2; exit 1; }
 [[ "$(id -u)" == 0 ]] || { echo "error: building the node rootfs needs root (debootstrap)" >&2; exit 1; }
 
 line="$("${HERE}/docker-daemon.sh" start | tail -n 1)"
@@ -139,23 +138,56 @@ fi
 
 # CoreDNS at the tag kubeadm's image list names (its Deployment then runs unchanged; pinned in
 # versions.env and checked against kubeadm below), and kube-network-policies; both built from the
-# Go module proxy (~140 s and ~85 s on 2 cores) before this script waits for the control plane's
-# Kubernetes build, so that on a cold machine they overlap with it.
-go_install_bin() {  # name module/package version output
-  local name="$1" pkg="$2" version="$3" out="$4"
-  local stamp="${name}=${version} $("${GO}" env GOVERSION)"
-  if stamp_ok "${name}" "${stamp}" && [[ -x "${KBIN}/${out}" ]]; then
-    log "${name} ${version}: up to date"; return
+# Go module proxy before this script waits for the control plane's Kubernetes build, so that on a
+# cold machine they overlap with it.
+#
+# CoreDNS with the plugins kubeadm's Corefile uses (and `log`, for debugging), not all ~60 of
+# upstream's main package: the cloud DNS back ends (route53, azure, clouddns), etcd, dnstap, ...
+# are half of its compile time and never run in the tier. The directives are read from kubeadm's
+# own Corefile template in the Kubernetes module and mapped to packages through CoreDNS's
+# plugin.cfg; the binary is checked to register each of them, so a directive a new kubeadm adds
+# fails here, not as a CoreDNS crash loop in the tier.
+build_coredns() {
+  local v="${COREDNS_VERSION}"
+  local template
+  template="$(mod_dir "k8s.io/kubernetes@${K}")/cmd/kubeadm/app/phases/addons/dns/manifests.go"
+  [[ -f "${template}" ]] || { echo "error: kubeadm's CoreDNS template not found: ${template}" >&2; exit 1; }
+  # The server block's directives: the words indented by exactly 8 spaces in `CoreDNSConfigMap`.
+  local directives
+  directives="$(sed -n '/CoreDNSConfigMap = /,/^`/p' "${template}" | sed -n 's/^        \([a-z0-9_]\{1,\}\)\( .*\)\{0,1\}$/\1/p' | sort -u | tr '\n' ' ')log"
+  local stamp="coredns=${v} plugins=$(echo ${directives} | tr ' ' ,) $("${GO}" env GOVERSION)"
+  if stamp_ok coredns "${stamp}" && [[ -x "${KBIN}/coredns" ]]; then
+    log "coredns ${v}: up to date"; return
   fi
-  local t0=${SECONDS} gobin="${WORK}/gobin-${name}"
-  rm -rf "${gobin}"; mkdir -p "${gobin}"
-  GOBIN="${gobin}" "${GO}" install -ldflags="-s -w" "${pkg}@${version}"
-  mv "${gobin}/$(basename "${pkg}")" "${KBIN}/${out}"
-  rm -rf "${gobin}"
-  echo "${stamp}" >"${KBIN}/.stamp-${name}"
-  log "${name} ${version}: built in $((SECONDS - t0)) s"
+  local t0=${SECONDS} src="${WORK}/coredns-${v}" cfg d pkg imports=""
+  cfg="$(mod_dir "github.com/coredns/coredns@${v}")/plugin.cfg"
+  for d in ${directives}; do
+    pkg="$(sed -n "s/^${d}:\(.*\)$/\1/p" "${cfg}")"
+    [[ -n "${pkg}" ]] || { echo "error: kubeadm's Corefile names '${d}', which CoreDNS ${v}'s plugin.cfg lacks" >&2; exit 1; }
+    [[ "${pkg}" == */* ]] || pkg="github.com/coredns/coredns/plugin/${pkg}"
+    imports+=$'\t_ "'"${pkg}"$'"\n'
+  done
+  rm -rf "${src}"; mkdir -p "${src}"
+  printf 'package main\n\nimport (\n%s\n\t"github.com/coredns/coredns/coremain"\n)\n\nfunc main() { coremain.Run() }\n' \
+    "${imports}" >"${src}/main.go"
+  (
+    cd "${src}"
+    "${GO}" mod init localbuild/coredns >/dev/null 2>&1
+    "${GO}" get "github.com/coredns/coredns@${v}"
+    "${GO}" build -mod=mod -ldflags="-s -w -X github.com/coredns/coredns/coremain.GitCommit=${v}" \
+      -o "${KBIN}/coredns" .
+  )
+  local registered
+  registered="$("${KBIN}/coredns" -plugins)"
+  for d in ${directives}; do
+    grep -qx "[[:space:]]*\(dns\.\)\{0,1\}${d}" <<<"${registered}" \
+      || { echo "error: the CoreDNS built lacks the '${d}' plugin: ${registered}" >&2; exit 1; }
+  done
+  rm -rf "${src}"
+  echo "${stamp}" >"${KBIN}/.stamp-coredns"
+  log "coredns ${v} (plugins: ${directives}): built in $((SECONDS - t0)) s"
 }
-go_install_bin coredns github.com/coredns/coredns "${COREDNS_VERSION}" coredns
+build_coredns
 # kube-network-policies hands new connections to user space with nftables' `queue` expression,
 # which kernels built without CONFIG_NFT_QUEUE refuse (ENOENT: "netlink receive: no such file or
 # directory", and no rule is installed: nothing is enforced); such kernels (this project's dev VMs)
