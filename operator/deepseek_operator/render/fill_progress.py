@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepseek_operator.api import status as S
+from deepseek_operator.catalog.gpu_memory import GIB
 from deepseek_operator.names import FILL_EXIT_CODES
 
 LOG_TAIL_LINES = 20
 """Log lines the controller reads from a running fill pod (the last progress line is among them:
 the command writes nothing else between two of them but the client's rare warnings)."""
 _CAUSE_OF_CODE = {code: cause for cause, code in FILL_EXIT_CODES.items()}
-GIB = 1024**3
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from deepseek_operator.api import status as S
 from deepseek_operator.api.load import ServingObject
+from deepseek_operator.catalog.gpu_memory import GIB
 from deepseek_operator.catalog.models import find_checkpoint
 from deepseek_operator.names import (
     READY,
@@ -30,7 +31,6 @@ from deepseek_operator.names import (
 from deepseek_operator.nodes.dra_device import parse_quantity_bytes
 from deepseek_operator.render.fill_job import serving_fill_job_name
 from deepseek_operator.render.fill_progress import (
-    GIB,
     FillObserved,
     exit_cause,
     failure_line,
