@@ -15,6 +15,7 @@ import copy
 import json
 import pathlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -94,22 +95,35 @@ def racks(
     return created
 
 
+@dataclass(frozen=True)
+class Queued:
+    """One test's set-up: the cluster with Kueue and LWS, the operator running, this test's trays
+    (pool=<namespace>), and ``queue(gpus)``, which makes LocalQueue ``gpu`` in the namespace."""
+
+    cp: ControlPlane
+    namespace: str
+    queue: Callable[..., str]
+
+
 @pytest.fixture
-def make_queue(kueue_cluster: ControlPlane, namespace: str) -> Iterator[Callable[[int], str]]:
-    """``make_queue(gpus)``: a ClusterQueue of ``gpus`` GPUs and LocalQueue ``gpu`` in the
-    namespace; the ClusterQueue is deleted after the test."""
+def queued(
+    kueue_cluster: ControlPlane, operator: OperatorProcess, namespace: str, racks: list[Any]
+) -> Iterator[Queued]:
+    """``queued.queue(gpus, preempt_lower=False)``: a ClusterQueue of ``gpus`` GPUs (its
+    Workloads preempting lower-priority ones with ``preempt_lower``) and LocalQueue ``gpu`` over
+    it; returns the ClusterQueue's name. The ClusterQueues go after the test."""
     cp = kueue_cluster
     made: list[str] = []
 
-    def make(gpus: int) -> str:
+    def make(gpus: int, *, preempt_lower: bool = False) -> str:
         cq = unique_name("gpus")
         cp.apply(resource_flavor())
-        cp.apply(cluster_queue(cq, gpus=gpus))
+        cp.apply(cluster_queue(cq, gpus=gpus, preempt_lower=preempt_lower))
         cp.apply(local_queue(QUEUE, namespace, cq))
         made.append(cq)
         return cq
 
-    yield make
+    yield Queued(cp, namespace, make)
     for cq in made:
         cp.kubectl("delete", "clusterqueue", cq, "--wait=false", "--ignore-not-found", check=False)
 
@@ -121,10 +135,14 @@ def _pods(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
     return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
 
-def _running(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]] | None:
-    pods = _pods(cp, namespace, name)
+def _whole(pods: list[dict[str, Any]], count: int) -> list[dict[str, Any]] | None:
+    """``pods`` when they are ``count`` and all Running, else None."""
     running = [p for p in pods if p["status"].get("phase") == "Running"]
-    return running if len(running) == 2 and len(pods) == 2 else None
+    return running if len(running) == count == len(pods) else None
+
+
+def _running(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]] | None:
+    return _whole(_pods(cp, namespace, name), 2)
 
 
 def _workloads(cp: ControlPlane, namespace: str, owner: str) -> list[dict[str, Any]]:
@@ -149,15 +167,9 @@ def _gated(pod: dict[str, Any]) -> bool:
     return any(g["name"] == GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
-def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(
-    kueue_cluster: ControlPlane,
-    operator: OperatorProcess,
-    namespace: str,
-    racks: list[Any],
-    make_queue: Callable[[int], str],
-) -> None:
-    cp = kueue_cluster
-    make_queue(QUOTA_GPUS)
+def test_second_serving_waits_whole_for_quota_and_starts_whole_when_freed(queued: Queued) -> None:
+    cp, namespace = queued.cp, queued.namespace
+    queued.queue(QUOTA_GPUS)
     cp.apply(_serving("first", namespace))
     first = wait_for(lambda: _running(cp, namespace, "first"), timeout=240, what="first Running")
     assert all(not _gated(p) for p in first)
@@ -224,22 +236,14 @@ def _pair_pods(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, An
 
 
 def _pair_running(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]] | None:
-    pods = _pair_pods(cp, namespace, name)
-    running = [p for p in pods if p["status"].get("phase") == "Running"]
-    return running if len(running) == 4 and len(pods) == 4 else None
+    return _whole(_pair_pods(cp, namespace, name), 4)
 
 
-def test_a_second_pair_waits_with_both_roles_named_and_starts_when_freed(
-    kueue_cluster: ControlPlane,
-    operator: OperatorProcess,
-    namespace: str,
-    racks: list[Any],
-    make_queue: Callable[[int], str],
-) -> None:
+def test_a_second_pair_waits_with_both_roles_named_and_starts_when_freed(queued: Queued) -> None:
     """Quota for one pair (two groups of 8 GPUs): the second pair's roles both wait, each group
     whole, with per-role Admitted; it runs once the first pair is deleted."""
-    cp = kueue_cluster
-    make_queue(2 * GROUP_GPUS)
+    cp, namespace = queued.cp, queued.namespace
+    queued.queue(2 * GROUP_GPUS)
     cp.apply(_pair("one", namespace))
     wait_for(lambda: _pair_running(cp, namespace, "one"), timeout=240, what="pair one Running")
     obj = wait_condition(cp, namespace, "Admitted", "True", name="one")
@@ -272,17 +276,11 @@ def test_a_second_pair_waits_with_both_roles_named_and_starts_when_freed(
     wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="two")
 
 
-def test_single_pod_replicas_are_admitted_one_by_one(
-    kueue_cluster: ControlPlane,
-    operator: OperatorProcess,
-    namespace: str,
-    racks: list[Any],
-    make_queue: Callable[[int], str],
-) -> None:
+def test_single_pod_replicas_are_admitted_one_by_one(queued: Queued) -> None:
     """A Deployment's pods are one Workload each (Kueue's pod integration): with quota for one
     of two TP4 replicas, one runs and the other waits behind the gate, and the status counts."""
-    cp = kueue_cluster
-    make_queue(4)
+    cp, namespace = queued.cp, queued.namespace
+    queued.queue(4)
     doc = copy.deepcopy(SEED)
     doc["metadata"] = {"name": "single", "namespace": namespace}
     doc["spec"].pop("tolerations", None)
@@ -319,20 +317,14 @@ def test_single_pod_replicas_are_admitted_one_by_one(
     assert ready["reason"] == "WaitingForQuota" and ready["message"].startswith("1/2"), ready
 
 
-def test_the_operators_admission_check_admits_a_pair_whole(
-    kueue_cluster: ControlPlane,
-    operator: OperatorProcess,
-    namespace: str,
-    racks: list[Any],
-    make_queue: Callable[[int], str],
-) -> None:
+def test_the_operators_admission_check_admits_a_pair_whole(queued: Queued) -> None:
     """Quota for one pair and one more group, behind the operator's AdmissionCheck: the second
     pair gets quota for one role only, which Kueue reserves but does not admit (the check stays
     Pending), so no pod of either role starts; freed, both roles are admitted together."""
-    cp = kueue_cluster
+    cp, namespace = queued.cp, queued.namespace
     check = unique_name("pd-pair")
     cp.apply(admission_check(check))
-    cq = make_queue(3 * GROUP_GPUS)
+    cq = queued.queue(3 * GROUP_GPUS)
     cp.kubectl(
         "patch", "clusterqueue", cq, "--type=merge",
         "-p", json.dumps({"spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": check}]}}}),
@@ -395,21 +387,14 @@ def test_the_operators_admission_check_admits_a_pair_whole(
         cp.kubectl("delete", "admissioncheck", check, "--wait=false", check=False)
 
 
-def test_a_preempted_serving_is_reported_and_comes_back_whole(
-    kueue_cluster: ControlPlane,
-    operator: OperatorProcess,
-    namespace: str,
-    racks: list[Any],
-) -> None:
+def test_a_preempted_serving_is_reported_and_comes_back_whole(queued: Queued) -> None:
     """Another team's higher-priority pod preempts the serving's group: the serving says
     Evicted in Kueue's words, none of its pods runs while it waits, and once that pod is gone
     the group is admitted again and runs whole."""
-    cp = kueue_cluster
-    high, cq = unique_name("high"), unique_name("gpus")
+    cp, namespace = queued.cp, queued.namespace
+    high = unique_name("high")
     cp.apply(workload_priority_class(high, 1000))
-    cp.apply(resource_flavor())
-    cp.apply(cluster_queue(cq, gpus=GROUP_GPUS, preempt_lower=True))
-    cp.apply(local_queue(QUEUE, namespace, cq))
+    queued.queue(GROUP_GPUS, preempt_lower=True)
     urgent = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -461,5 +446,4 @@ def test_a_preempted_serving_is_reported_and_comes_back_whole(
         wait_condition(cp, namespace, "Admitted", "True", reason="Admitted", name="low")
     finally:
         cp.kubectl("delete", "pod", "urgent", "-n", namespace, "--ignore-not-found", check=False)
-        cp.kubectl("delete", "clusterqueue", cq, "--wait=false", "--ignore-not-found", check=False)
         cp.kubectl("delete", "workloadpriorityclass", high, "--ignore-not-found", check=False)

@@ -4,7 +4,8 @@
 ``KUEUE_VERSION`` (``hack/versions.env``) into ``bin/kueue-<version>/kueue`` and copies the
 release's CRDs (``config/components/crd/bases``) and webhook manifests
 (``config/components/webhook/manifests.yaml``) beside it. :class:`KueueInstall` runs it as the
-release's kustomize overlay would, with the same local substitutions as :mod:`tests.k8s.lws`:
+release's kustomize overlay would, with the same local substitutions as :mod:`tests.k8s.lws`
+(the webhook server, its certificate and configurations: :class:`tests.k8s.webhooks.LoopbackWebhooks`):
 
 * the webhook server listens on 127.0.0.1 with a certificate from a local CA (instead of Kueue's
   internal cert rotation, which needs an in-cluster Service and Secret);
@@ -26,7 +27,6 @@ tests that ask for it run with Kueue's pod webhook in the path.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,15 +36,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.k8s.cluster import (
-    COMPONENT_READY_TIMEOUT,
-    Component,
-    ControlPlane,
-    free_port,
-    make_serving_cert,
-    require_binaries,
-    wait_for,
-)
+from tests.k8s.cluster import Component, ControlPlane, require_binaries, wait_for
+from tests.k8s.webhooks import LoopbackWebhooks, register
 
 KUEUE_VERSION = next(
     line.split("=", 1)[1].strip()
@@ -77,9 +70,8 @@ GATE = "kueue.x-k8s.io/admission"
 """The scheduling gate Kueue's pod webhook puts on every pod it manages, until admission."""
 
 
-def webhook_configurations(manifests: Path, port: int, ca_crt: Path) -> list[dict[str, Any]]:
+def webhook_configurations(manifests: Path, server: LoopbackWebhooks) -> list[dict[str, Any]]:
     """The release's webhook configurations for the enabled integrations, served on loopback."""
-    ca_bundle = base64.b64encode(ca_crt.read_bytes()).decode()
     out = []
     for doc in yaml.safe_load_all((manifests / "webhooks.yaml").read_text()):
         if not doc:
@@ -91,8 +83,7 @@ def webhook_configurations(manifests: Path, port: int, ca_crt: Path) -> list[dic
             resources = {res for r in rules for res in r.get("resources", [])}
             if KUEUE_GROUP not in groups and not resources & _HOOKED:
                 continue
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}
+            hook["clientConfig"] = server.client_config(hook)
             if resources & {"pods", "deployments"}:
                 hook["namespaceSelector"] = _SKIPPED_NAMESPACES
             hooks.append(hook)
@@ -109,8 +100,7 @@ class KueueInstall:
     cp: ControlPlane
     work_dir: Path
     component: Component | None = None
-    webhook_port: int = 0
-    ca_crt: Path = Path()
+    webhooks: LoopbackWebhooks | None = None
     crds: list[str] = field(default_factory=list)
 
     @property
@@ -146,18 +136,10 @@ class KueueInstall:
 
     def install_webhooks(self) -> None:
         """Register the webhooks; wait until a server-side dry-run ClusterQueue passes them."""
-        self.cp.apply(webhook_configurations(self.manifests, self.webhook_port, self.ca_crt))
+        assert self.webhooks is not None
+        configs = webhook_configurations(self.manifests, self.webhooks)
         probe = cluster_queue("webhook-probe", gpus=0)
-        wait_for(
-            lambda: (
-                self.cp.kubectl(
-                    "create", "--dry-run=server", "-f", "-", input=probe, check=False
-                ).returncode
-                == 0
-            ),
-            timeout=COMPONENT_READY_TIMEOUT,
-            what="Kueue webhooks answering a dry-run create",
-        )
+        register(self.cp, configs, probe, "Kueue webhooks answering a dry-run create")
 
     def uninstall(self) -> None:
         """Webhooks first (no pod create may wait on a stopped manager), then the manager and the
@@ -182,20 +164,13 @@ class KueueInstall:
 
     def _start_manager(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        cert_dir = self.work_dir / "webhook-certs"
-        self.ca_crt, crt, key = make_serving_cert(cert_dir, "kueue-webhook", "kueue-webhook")
-        (cert_dir / "tls.crt").write_bytes(crt.read_bytes())
-        (cert_dir / "tls.key").write_bytes(key.read_bytes())
-        self.webhook_port, health_port = free_port(), free_port()
+        self.webhooks = webhooks = LoopbackWebhooks.make(self.work_dir, "kueue-webhook")
+        cert_dir = webhooks.cert_dir
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
             "namespace": KUEUE_NAMESPACE,
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "webhook": {"host": "127.0.0.1", "port": self.webhook_port, "certDir": str(cert_dir)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+            **webhooks.manager_config(),
             "featureGates": {"VisibilityOnDemand": False},
             "integrations": {"frameworks": list(FRAMEWORKS)},
         }
@@ -228,7 +203,7 @@ class KueueInstall:
                 "--zap-log-level=2",
             ],
             self.cp.log_dir / "kueue.log",
-            health_url=f"http://127.0.0.1:{health_port}/healthz",
+            health_url=webhooks.health_url,
         )
         self.cp.run_component(self.component)
 

@@ -12,6 +12,8 @@ it the way its Helm chart / kustomize overlay would, with three local substituti
   kustomize patches (the pod webhooks only see pods labelled ``leaderworkerset.sigs.k8s.io/name``);
 * leader election is off (one replica) and the metrics endpoint is disabled.
 
+The first two and the last are :class:`tests.k8s.webhooks.LoopbackWebhooks`, shared with Kueue.
+
 Fixture ``lws_cluster`` (session): :func:`k8s.cluster.full_cluster` plus LWS (CRDs Established,
 controller healthy, webhooks answering). It yields the :class:`ControlPlane`; the
 :class:`LwsInstall` is ``lws_cluster.extras["lws"]``, whose :meth:`LwsInstall.uninstall` and
@@ -20,11 +22,7 @@ controller healthy, webhooks answering). It yields the :class:`ControlPlane`; th
 
 from __future__ import annotations
 
-import base64
 import json
-import ssl
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,11 +34,10 @@ from tests.k8s.cluster import (
     COMPONENT_READY_TIMEOUT,
     Component,
     ControlPlane,
-    free_port,
-    make_serving_cert,
     require_binaries,
     wait_for,
 )
+from tests.k8s.webhooks import LoopbackWebhooks, register
 
 LWS_BINARY = "lws-controller"
 LWS_GROUP = "leaderworkerset.x-k8s.io"
@@ -78,9 +75,8 @@ def _apply_json_patch_replaces(obj: dict[str, Any], ops: list[dict[str, Any]]) -
             target[last] = op["value"]
 
 
-def webhook_configurations(manifests: Path, port: int, ca_crt: Path) -> list[dict[str, Any]]:
+def webhook_configurations(manifests: Path, server: LoopbackWebhooks) -> list[dict[str, Any]]:
     """The release's webhook configurations, patched as its overlay does, served on loopback."""
-    ca_bundle = base64.b64encode(ca_crt.read_bytes()).decode()
     out = []
     for doc in yaml.safe_load_all((manifests / "webhooks.yaml").read_text()):
         if not doc:
@@ -90,11 +86,7 @@ def webhook_configurations(manifests: Path, port: int, ca_crt: Path) -> list[dic
         _apply_json_patch_replaces(doc, patch)
         doc["metadata"] = {"name": WEBHOOK_CONFIGS[kind]}
         for hook in doc["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": f"https://127.0.0.1:{port}{path}",
-                "caBundle": ca_bundle,
-            }
+            hook["clientConfig"] = server.client_config(hook)
         out.append(doc)
     return out
 
@@ -106,8 +98,7 @@ class LwsInstall:
     cp: ControlPlane
     work_dir: Path
     component: Component | None = None
-    webhook_port: int = 0
-    ca_crt: Path = Path()
+    webhooks: LoopbackWebhooks | None = None
     _configs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -161,36 +152,18 @@ class LwsInstall:
 
     def install_webhooks(self) -> None:
         """Register the webhooks and wait until a server-side dry-run LWS passes through them."""
-        self._configs = webhook_configurations(self.manifests, self.webhook_port, self.ca_crt)
-        self.cp.apply(self._configs)
+        assert self.webhooks is not None
+        self._configs = webhook_configurations(self.manifests, self.webhooks)
         probe = minimal_lws("webhook-probe", "default")
-        wait_for(
-            lambda: (
-                self.cp.kubectl(
-                    "create", "--dry-run=server", "-f", "-", input=probe, check=False
-                ).returncode
-                == 0
-            ),
-            timeout=COMPONENT_READY_TIMEOUT,
-            what="LWS webhooks answering a dry-run create",
-        )
+        register(self.cp, self._configs, probe, "LWS webhooks answering a dry-run create")
 
     def _start_controller(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        cert_dir = self.work_dir / "webhook-certs"
-        self.ca_crt, crt, key = make_serving_cert(cert_dir, "lws-webhook", "lws-webhook")
-        # controller-runtime's webhook server reads tls.crt / tls.key from its CertDir.
-        (cert_dir / "tls.crt").write_bytes(crt.read_bytes())
-        (cert_dir / "tls.key").write_bytes(key.read_bytes())
-        self.webhook_port, health_port = free_port(), free_port()
+        self.webhooks = webhooks = LoopbackWebhooks.make(self.work_dir, "lws-webhook")
         config = {
             "apiVersion": "config.lws.x-k8s.io/v1alpha1",
             "kind": "Configuration",
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "webhook": {"host": "127.0.0.1", "port": self.webhook_port, "certDir": str(cert_dir)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+            **webhooks.manager_config(),
         }
         config_path = self.work_dir / "lws-config.yaml"
         config_path.write_text(json.dumps(config, indent=2))  # JSON is valid YAML
@@ -203,23 +176,15 @@ class LwsInstall:
                 "--zap-log-level=info",
             ],
             self.cp.log_dir / "lws-controller.log",
-            health_url=f"http://127.0.0.1:{health_port}/healthz",
+            health_url=webhooks.health_url,
         )
         self.cp.run_component(self.component)
         wait_for(self._webhook_listening, timeout=COMPONENT_READY_TIMEOUT, what="LWS webhook TLS")
 
     def _webhook_listening(self) -> bool:
-        assert self.component is not None
+        assert self.component is not None and self.webhooks is not None
         self.component.check_running()
-        ctx = ssl.create_default_context(cafile=str(self.ca_crt))
-        url = f"https://127.0.0.1:{self.webhook_port}/healthz-probe"
-        try:
-            urllib.request.urlopen(url, timeout=2, context=ctx)
-        except urllib.error.HTTPError:
-            return True  # TLS handshake with our CA worked; the path does not matter
-        except (urllib.error.URLError, OSError):
-            return False
-        return True
+        return self.webhooks.listening()
 
 
 def minimal_lws(

@@ -6,7 +6,7 @@ rank (the controller and the agent never import each other); no package has an i
 the pure core imports no Kubernetes client, kopf or NVML. ``make lint`` runs ``lint-imports``;
 these tests run the same contracts under pytest and check what import-linter cannot: that every
 top-level module of the package has a place in the layers (a new one would otherwise be bound
-by nothing).
+by nothing), and that no module of the package is over 400 lines.
 """
 
 from __future__ import annotations
@@ -42,6 +42,17 @@ def test_every_top_level_module_has_a_layer() -> None:
         if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
     }
     assert modules == layered
+
+
+MODULE_LINES = 400
+"""The most lines one module of the package may have: past it, a module holds more than one
+concept and is split along its seams (CONTRIBUTING.md)."""
+
+
+def test_no_module_of_the_package_is_over_400_lines() -> None:
+    sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    over = {name: n for name, n in sorted(sizes.items()) if n > MODULE_LINES}
+    assert not over, f"modules over {MODULE_LINES} lines: {over}"
 
 
 def test_the_import_contracts_are_kept(capsys: pytest.CaptureFixture[str]) -> None:

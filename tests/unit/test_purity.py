@@ -8,13 +8,12 @@ import pathlib
 import pytest
 
 PKG = pathlib.Path(__file__).resolve().parents[2] / "operator/deepseek_operator"
-PURE = ["api", "catalog", "nodes", "engine", "render", "actions"]
+PURE = ["api", "catalog", "nodes", "engine", "render", "plan", "actions"]
 # The agent's pure half (its model, the topo -m parser, the label encoder) and the bottom modules.
 PURE_MODULES = [
     "names.py",
     "errors.py",
     "recent.py",
-    "plan.py",
     "agent/gpu_topology.py",
     "agent/topo_smi.py",
     "agent/labels.py",

@@ -17,16 +17,13 @@ from deepseek_operator.errors import SpecError
 from deepseek_operator.names import FILL_EXIT_CODES, FILL_FATAL_CAUSES, WEIGHTS_READY
 from deepseek_operator.nodes.dra_device import parse_quantity_bytes
 from deepseek_operator.plan import Observed, with_weights_gate
-from deepseek_operator.render.weights import (
-    FillObserved,
-    FillPod,
+from deepseek_operator.render.fill_job import (
     fill_job_name,
-    last_report,
     render_fill_job,
     serving_fill_job_name,
-    weights_state,
-    with_weights,
 )
+from deepseek_operator.render.fill_progress import FillObserved, FillPod, last_report
+from deepseek_operator.render.weights import weights_state, with_weights
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 NOW = "2026-12-07T16:00:00Z"

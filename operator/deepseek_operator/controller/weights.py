@@ -1,8 +1,9 @@
 """The I/O half of ``spec.modelCache.fill``: read the claim, the fill Job, its pods and log; create
 the Job once and add each serving to its owners.
 
-The decisions (which Job, is it done, what ``WeightsReady`` says) are
-:mod:`deepseek_operator.render.weights`'s; this module only gathers their inputs and carries out
+The decisions (which Job, is it done, what ``WeightsReady`` says) are the pure
+:mod:`deepseek_operator.render.fill_job`'s, :mod:`~deepseek_operator.render.fill_progress`'s and
+:mod:`~deepseek_operator.render.weights`'; this module only gathers their inputs and carries out
 the one write they ask for. The fill pod has no API rights: what it reports is read here, from its
 terminated state (exit code and termination message) and the last lines of its log through the
 ``pods/log`` subresource. Nothing watches Jobs or their pods: while a fill is not done the
@@ -22,16 +23,13 @@ from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import FILL_CONTAINER
 from deepseek_operator.plan import Observed, Plan, with_weights_gate
-from deepseek_operator.render.weights import (
-    LOG_TAIL_LINES,
-    FillObserved,
-    FillPod,
-    WeightsState,
+from deepseek_operator.render.fill_job import (
     owner_reference,
     render_fill_job,
     serving_fill_job_name,
-    weights_state,
 )
+from deepseek_operator.render.fill_progress import LOG_TAIL_LINES, FillObserved, FillPod
+from deepseek_operator.render.weights import WeightsState, weights_state
 
 log = logging.getLogger("deepseek_operator.controller")
 
