@@ -137,7 +137,7 @@ def test_chart_installs_runs_the_operator_on_its_rbac_upgrades_and_uninstalls_cl
     timings["install"] = time.monotonic() - t0
     assert "kubectl apply --server-side -f" in out, "NOTES tell how to upgrade the CRDs"
     for crd in CRD_NAMES:
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+        cp.wait_established(crd)
     docs = manifest(cp, release, namespace)
     deploy = find(docs, "Deployment", "operator")
     pod_spec = deploy["spec"]["template"]["spec"]

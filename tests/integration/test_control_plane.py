@@ -74,7 +74,7 @@ def test_crd_installs_and_explains_moe_backend(control_plane: ControlPlane) -> N
     if not CRD_FILE.exists():
         pytest.fail(f"{CRD_FILE} is missing (generate it with `deepseek-operator crds`)")
     control_plane.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    control_plane.wait_established(CRD_NAME)
     # Established can precede discovery; poll until the resource is served.
     wait_for(
         lambda: control_plane.kubectl("get", "deepseekservings", "-A", check=False).returncode == 0,

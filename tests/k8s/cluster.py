@@ -648,6 +648,24 @@ class ControlPlane:
             raise KubectlError(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
 
+    def wait_established(self, crd: str, timeout: float = 60.0) -> None:
+        """Wait until CustomResourceDefinition *crd* has ``Established=True``.
+
+        Not ``kubectl wait --for=condition=Established``: right after the CRD is created its
+        ``status.conditions`` may not exist yet, and kubectl then exits 1 at once ("<nil> is of
+        the type <nil>") instead of waiting; on a loaded machine that window is wide enough to
+        fail a whole worker's session fixture.
+        """
+
+        def established() -> bool:
+            doc = self.kubectl_json("get", f"crd/{crd}")
+            conditions = (doc.get("status") or {}).get("conditions") or []
+            return any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            )
+
+        wait_for(established, timeout=timeout, interval=0.5, what=f"CRD {crd} Established")
+
     def kubectl_json(self, *args: str) -> Any:
         """Run ``kubectl ... -o json`` and return the parsed output."""
         return json.loads(self.kubectl(*args, "-o", "json").stdout)

@@ -45,12 +45,7 @@ def install_crds(cp: ControlPlane) -> None:
     """Apply our CRDs and wait until they are served."""
     for path in CRD_FILES:
         cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    cp.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/deepseekservings.serving.deepseek-operator.io",
-    )
+    cp.wait_established("deepseekservings.serving.deepseek-operator.io")
     wait_for(
         lambda: cp.kubectl("get", "dss", "-A", check=False).returncode == 0,
         timeout=30,
