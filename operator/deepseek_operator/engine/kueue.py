@@ -10,7 +10,7 @@ inert: nothing waits. docs/kueue.md tells the whole story.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from deepseek_operator import names as N
@@ -59,6 +59,14 @@ class WorkloadFacts:
     checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
     created_at: float = 0.0  # metadata.creationTimestamp, seconds since the epoch
     reserved_at: float = 0.0  # when QuotaReserved turned True (0: not reserved)
+
+
+def workloads_by_role(facts: Iterable[WorkloadFacts]) -> dict[str, tuple[WorkloadFacts, ...]]:
+    """role → one serving's Workloads of that role, by name ("" for an aggregated serving's)."""
+    out: dict[str, list[WorkloadFacts]] = {}
+    for one in facts:
+        out.setdefault(one.role, []).append(one)
+    return {role: tuple(sorted(ws, key=lambda f: f.name)) for role, ws in out.items()}
 
 
 @dataclass(frozen=True)
