@@ -239,17 +239,21 @@ class Reconciler:
         # A disaggregated serving has one LeaderWorkerSet per role, named <name>-<role>.
         roles = obj.spec.disaggregation.roles if obj.spec.disaggregation else ()
         statefulsets = list(statefulsets)  # read once per LeaderWorkerSet
+        present = {_uid(s) for s in statefulsets}
         for name in [obj.name, *(role_object_name(obj.name, r.role) for r in roles)]:
             leaderworkerset = ours.get((LWS_KIND, name))
             if leaderworkerset is None:
                 continue
             # Ours: it and its StatefulSets report their refusals.
+            present.add(_uid(leaderworkerset))
             found, again = await self.statefulset_refusals.read(
-                obj.namespace, statefulsets, leaderworkerset
+                obj.namespace, statefulsets, leaderworkerset, rec.refusals
             )
             pod_refusals += found
             if again is not None:
                 recheck = again if recheck is None else min(recheck, again)
+        for gone in set(rec.refusals) - present:  # what no longer exists is not remembered
+            del rec.refusals[gone]
         observed = Observed.from_body(body, ours, pod_refusals, groups, rec.workloads)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:

@@ -78,6 +78,9 @@ class ServingRecord:
     # that child was on its way (0: none yet).
     in_flight: dict[ChildKey, int] = field(default_factory=dict)
     failures: int = 0  # consecutive blocked reconciles (the back-off's step)
+    # Per LeaderWorkerSet or StatefulSet of it (uid): the FailedCreate Event read at its
+    # version, so one Event LIST serves every reconcile until it changes (:mod:`.pod_refusals`).
+    refusals: dict[str, tuple[str, int, str | None, float]] = field(default_factory=dict)
     # Kueue's Workloads of the serving (spec.queueName), as the state saw them when it asked
     # for this reconcile: the Admitted condition's facts.
     workloads: RoleWorkloads = field(default_factory=dict)
