@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from deepseek_operator.actions import (
-    BACKOFF_FIRST_S,
-    BACKOFF_TRIGGER,
     Action,
     Apply,
     CheckOwner,
@@ -56,8 +54,6 @@ from deepseek_operator.kube.encoding import EncodedObject
 from deepseek_operator.names import LWS_KIND, role_object_name
 from deepseek_operator.nodes.facts import NodeInventory
 from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
-
-__all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
 
 log = logging.getLogger("deepseek_operator.controller")
 _T = TypeVar("_T")
@@ -252,8 +248,7 @@ class Reconciler:
             pod_refusals += found
             if again is not None:
                 recheck = again if recheck is None else min(recheck, again)
-        for gone in set(rec.refusals) - present:  # what no longer exists is not remembered
-            del rec.refusals[gone]
+        rec.refusals = {u: m for u, m in rec.refusals.items() if u in present}  # what exists
         observed = Observed.from_body(body, ours, pod_refusals, groups, rec.workloads)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:

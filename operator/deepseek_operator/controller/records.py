@@ -59,6 +59,17 @@ class KeptBody:
         return unpack_body(self.packed)
 
 
+@dataclass(slots=True)
+class PendingReconcile:
+    """A reconcile waiting for its time (:mod:`.queue`): the task, when it is due (loop time),
+    why, and whether it may write children (False: every asker wanted the status only)."""
+
+    task: asyncio.Task[None]
+    due: float
+    trigger: str
+    full: bool
+
+
 @dataclass(slots=True, eq=False)
 class ServingRecord:
     """What the operator remembers about one DeepSeekServing."""
@@ -69,6 +80,7 @@ class ServingRecord:
     # a label edit) needs no reconcile.
     handled: tuple[str, int] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: PendingReconcile | None = None  # the one reconcile waiting for its time
     # The last status we wrote with its resourceVersion, until the watch delivers it; packed
     # (compressed JSON) as in a burst of creates the watch lags for every object at once.
     written: tuple[int, bytes] | None = None
@@ -141,9 +153,9 @@ class ServingRecord:
         return seen > written
 
     def reconciler_state_dropped(self) -> ServingRecord:
-        """A record that keeps only what kopf told (body, handled): a replaced object's caches
-        must never leak into its successor's reconciles."""
-        return ServingRecord(body=self.body, handled=self.handled)
+        """A record that keeps only what kopf told (body, handled) and the pending reconcile
+        of the name: a replaced object's caches must never leak into its successor's."""
+        return ServingRecord(body=self.body, handled=self.handled, pending=self.pending)
 
 
 def resource_version(obj: Mapping[str, Any]) -> int:

@@ -99,6 +99,7 @@ class OperatorState(NodeEvents):
         self.crd_watches: list[tuple[str, ListWatch[Any]]] = []  # (CRD, a watch of its kind)
         self.queue = ReconcileQueue(
             lambda key, trigger, status_only: self.run_reconcile(key, trigger, status_only),
+            self.records,
             lambda: self.kopf_context,
         )
         self.pair = PairAdmission(
@@ -125,7 +126,7 @@ class OperatorState(NodeEvents):
         records = self.records.items()
         return {
             "records": len(records),
-            "pending": len(self.queue),
+            "pending": sum(rec.pending is not None for _key, rec in records),
             "owners": len(self.owned.by_owner),
             "owned": len(self.owned),
             "apply_responses": sum(len(rec.applied) for _key, rec in records),
