@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 import pytest
 
-from deepseek_operator.controller.node_tracker import NodeTracker, fingerprint
+from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.state import keep_out_of_gc
 from deepseek_operator.controller.wiring import NoDiffBase
 from deepseek_operator.kube.client import (
@@ -25,7 +25,7 @@ from deepseek_operator.kube.client import (
     KubeError,
     refusal,
 )
-from deepseek_operator.nodes.facts import node_facts
+from deepseek_operator.nodes.facts import fingerprint, node_facts
 from tests.unit.factories import agent_labels, node
 
 LWS_DISCOVERY = {

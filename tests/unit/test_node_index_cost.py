@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from deepseek_operator.controller.node_tracker import facts_of
 from deepseek_operator.controller.records import KeptBody
 from deepseek_operator.controller.state import OperatorState
-from deepseek_operator.nodes.facts import NodeFacts
+from deepseek_operator.nodes.facts import NodeFacts, facts_of
 from tests.unit.factories import agent_labels, node
 
 POOLS = 5

@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, Any
 from deepseek_operator.actions.children import kept, pod_record, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, KUEUE_CRD, LWS_CRD
 from deepseek_operator.controller.kueue_watch import workload_record
-from deepseek_operator.controller.node_tracker import facts_of, slice_of
-from deepseek_operator.controller.pair_admission import admission_check_record
+from deepseek_operator.engine.kueue import admission_check_record
 from deepseek_operator.kube.client import group_version_prefix
 from deepseek_operator.names import (
     API_VERSION,
@@ -64,6 +63,8 @@ from deepseek_operator.names import (
     RESOURCE_CLAIM_TEMPLATE_KIND,
 )
 from deepseek_operator.nodes.claims import claim_of
+from deepseek_operator.nodes.dra import slice_of
+from deepseek_operator.nodes.facts import facts_of
 
 if TYPE_CHECKING:  # the state holds the watches; only its type is needed here
     from deepseek_operator.controller.state import OperatorState
