@@ -272,14 +272,10 @@ class Records:
         rec = self._by_key.get((namespace, owner))
         return rec is not None and rec.echo((kind, name), body)
 
-    def child_deleted(self, namespace: str, kind: str, name: str, owner: str | None = None) -> None:
-        """A child is gone: never mistake our old apply response for it."""
-        if owner:
-            rec = self._by_key.get((namespace, owner))
-            recs = [rec] if rec is not None else []
-        else:
-            recs = [r for k, r in self._by_key.items() if k[0] == namespace]
-        for rec in recs:
+    def child_deleted(self, namespace: str, kind: str, name: str, owner: str) -> None:
+        """A child of ``owner`` is gone: never mistake our old apply response for it."""
+        rec = self._by_key.get((namespace, owner))
+        if rec is not None:
             rec.applied.pop((kind, name), None)
 
     def bodies(self) -> Iterator[tuple[ServingKey, KeptBody]]:

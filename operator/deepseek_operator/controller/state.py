@@ -235,17 +235,17 @@ class OperatorState(NodeEvents):
         its serving; a child (readiness, a hand edit, a deletion) or a LeaderWorkerSet's
         StatefulSet (its refused pods surface as ``PodsRefused``) reconciles its owner."""
         deleted = type_ == "DELETED"
-        owner = None if deleted else owner_of(kind, key, value)
-        changed = self.owned.put((kind, key), owner, value)
+        labelled = owner_of(kind, key, value)
+        changed = self.owned.put((kind, key), None if deleted else labelled, value)
         if kind in (POD, WORKLOAD):
             self.pods_changed(changed)
             return
-        owner = owner or next(iter(changed), None)  # its owner now, else the one it had
-        namespace, _, name = key.partition("/")
-        if deleted and kind != STATEFULSET:
-            self.records.child_deleted(namespace, kind, name, owner[1] if owner else None)
+        owner = labelled or next(iter(changed), None)  # its owner by label, else the one it had
         if owner is None:
             return
+        namespace, _, name = key.partition("/")
+        if deleted:
+            self.records.child_deleted(namespace, kind, name, owner[1])
         if not deleted and self.records.child_observed(namespace, owner[1], kind, name, value):
             return  # the watch echoing our own apply
         self._owner_changed(owner)
