@@ -18,7 +18,7 @@ from typing import Any
 
 from deepseek_operator.actions.children import pack_body, unpack_body
 from deepseek_operator.api.load import ServingObject, parse_serving
-from deepseek_operator.plan import ChildKey, RoleWorkloads
+from deepseek_operator.plan import ChildKey
 from deepseek_operator.recent import RecentMemory
 
 ServingKey = tuple[str, str]  # (namespace, name)
@@ -93,9 +93,6 @@ class ServingRecord:
     # Per LeaderWorkerSet or StatefulSet of it (uid): the FailedCreate Event read at its
     # version, so one Event LIST serves every reconcile until it changes (:mod:`.pod_refusals`).
     refusals: dict[str, tuple[str, int, str | None, float]] = field(default_factory=dict)
-    # Kueue's Workloads of the serving (spec.queueName), as the state saw them when it asked
-    # for this reconcile: the Admitted condition's facts.
-    workloads: RoleWorkloads = field(default_factory=dict)
 
     def freshest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """``body`` with the status we last wrote, if the watch has not delivered it yet."""

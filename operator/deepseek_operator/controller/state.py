@@ -293,7 +293,6 @@ class OperatorState(NodeEvents):
         """Reconcile ``key`` with whatever the stores hold once its turn comes."""
         await self.nodes_listed.wait()  # never decide on a partial inventory
         await self.children_listed.wait()  # nor on a partial view of what exists
-        self.records.ensure(key).workloads = self.workloads_of(key)  # Kueue's, for Admitted
         return await self.reconciler.reconcile(
             key,
             lambda: self.body(key),
@@ -303,6 +302,7 @@ class OperatorState(NodeEvents):
             statefulsets_of=lambda: list(self.owned.of_kind(key, STATEFULSET).values()),
             groups_of=lambda: pod_groups(self.owned.of_kind(key, POD).values()),
             status_only=status_only,
+            workloads_of=lambda: self.workloads_of(key),
         )
 
     def schedule(
