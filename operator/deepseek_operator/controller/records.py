@@ -282,9 +282,3 @@ class Records:
     def items(self) -> list[tuple[ServingKey, ServingRecord]]:
         """Every (key, record) (a snapshot)."""
         return list(self._by_key.items())
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._by_key
