@@ -1,12 +1,13 @@
 """One record per DeepSeekServing: everything the operator remembers about that object.
 
 The latest body (from kopf's events), the (uid, generation) last reconciled for a spec, the
-reconcile lock, the read-your-writes caches (the status we last wrote, apply responses the watch
-has not delivered yet, applies on their way) and the back-off count live on one
-:class:`ServingRecord`; the parsed specs of the objects reconciled last beside them
-(:class:`Records`, bounded). Forgetting a deleted object drops both, and a test can count what
-is left. (What the *cluster* holds, children and pods, is mirrored by the watches' stores
-and leaves with the objects themselves; a pending reconcile lives in the queue until it runs.)
+reconcile lock, the pending reconcile, the read-your-writes caches (the status we last wrote,
+apply responses the watch has not delivered yet, applies on their way), the FailedCreate Events
+read for its StatefulSets and the back-off count live on one :class:`ServingRecord`; the parsed
+specs of the objects reconciled last beside them (:class:`Records`, bounded). Forgetting a
+deleted object drops both, and a test can count what is left. (What the *cluster* holds,
+children, pods and Workloads, is mirrored by the owner index, :mod:`.cache`, and leaves with
+the objects themselves.)
 """
 
 from __future__ import annotations
