@@ -382,3 +382,19 @@ def test_retry_after_reads_seconds_and_caps_them() -> None:
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 4.0) == 4.0
     assert retry_after("3600", 1.0) == RETRY_AFTER_MAX_S
     assert retry_after("-5", 1.0) == 0.0
+
+
+def test_one_owner_index_keeps_children_apart_from_what_is_only_watched() -> None:
+    from deepseek_operator.controller.cache import POD, STATEFULSET, WORKLOAD, OwnedIndex
+
+    index = OwnedIndex()
+    owner = ("llm", "a")
+    index.put(("Deployment", "llm/a"), owner, {"kind": "Deployment"})
+    index.put((STATEFULSET, "llm/a"), owner, {"kind": "StatefulSet"})
+    index.put((POD, "llm/a-0"), owner, "pod record")
+    index.put((WORKLOAD, "llm/w"), ("llm", "b"), "workload record")
+    # The reconciler's children are only what we write; the rest is read by kind.
+    assert index.children(owner) == {("Deployment", "a"): {"kind": "Deployment"}}
+    assert index.of_kind(owner, POD) == {"llm/a-0": "pod record"}
+    assert index.owners_with(WORKLOAD) == [("llm", "b")]
+    assert len(index) == 4 and set(index.by_owner) == {owner, ("llm", "b")}
