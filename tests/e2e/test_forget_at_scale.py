@@ -104,7 +104,7 @@ def test_a_thousand_servings_created_and_deleted_leave_no_per_object_state(
         full_cluster, tmp_path, extra=["--standalone", "--namespace", namespace]
     ).start()
     try:
-        wait_for(lambda: set(_remembered(op)) >= {"records", "children"}, timeout=30, what="gauge")
+        wait_for(lambda: set(_remembered(op)) >= {"records", "owned"}, timeout=30, what="gauge")
         assert set(_remembered(op).values()) == {0.0}, _remembered(op)
         docs = build_servings(COUNT, [namespace], pools)
         for doc in docs:  # no pods: what is counted is the operator's state, not the scheduler's
@@ -114,7 +114,7 @@ def test_a_thousand_servings_created_and_deleted_leave_no_per_object_state(
 
         def all_applied() -> bool:
             now = _remembered(op)
-            return now["records"] == COUNT and now["children"] == 2 * COUNT
+            return now["records"] == COUNT and now["owned"] == 2 * COUNT
 
         wait_for(all_applied, timeout=300, what=f"{COUNT} DeepSeekServings and children kept")
         wait_for(

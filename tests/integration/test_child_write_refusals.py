@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from deepseek_operator.controller.reconcile import BACKOFF_FIRST_S, Reconciler
+from deepseek_operator.actions import BACKOFF_FIRST_S
+from deepseek_operator.controller.reconcile import Reconciler
 from deepseek_operator.engine.cluster_apis import ClusterApis
 from deepseek_operator.kube.client import EncodedObject, KubeClient, refusal
 from deepseek_operator.kube.credentials import load_kubeconfig

@@ -94,7 +94,7 @@ def test_a_thousand_servings_created_and_deleted_leave_nothing_behind() -> None:
                 event = kube.events.pop(0)
                 if event[0] == "child":
                     _, kind, etype, key, body = event
-                    state.child_seen(kind, etype, key, body)
+                    state.owned_seen(kind, etype, key, body)
                 else:
                     _, _ns, name, uid, rv, status = event
                     i = int(name[1:])
@@ -126,7 +126,7 @@ def test_a_thousand_servings_created_and_deleted_leave_nothing_behind() -> None:
         return busy, state.remembered(), state.records.tombstones()
 
     busy, left, tombstones = asyncio.run(scenario())
-    assert busy["records"] == COUNT and busy["child_owners"] == COUNT and busy["pending"] == COUNT
+    assert busy["records"] == COUNT and busy["owners"] == COUNT and busy["pending"] == COUNT
     assert left == dict.fromkeys(left, 0), left
     # Only the bounded list of deleted uids remains (so a late event never revives one).
     assert tombstones == COUNT

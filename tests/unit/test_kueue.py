@@ -17,12 +17,13 @@ import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
 from deepseek_operator.controller.kueue_watch import workload_record
-from deepseek_operator.controller.pair_admission import PairAdmission, admission_check_record
+from deepseek_operator.controller.pair_admission import PairAdmission
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.kueue import (
     PAIR_HOLD_S,
     WorkloadFacts,
     admission,
+    admission_check_record,
     pair_check_updates,
     pair_retries,
 )
@@ -396,3 +397,17 @@ def test_the_operator_marks_its_check_active_and_passes_a_whole_pair() -> None:
     assert check["status"]["conditions"][0]["type"] == "Active"
     entry = next(o for o in written if o["kind"] == "Workload")["status"]["admissionChecks"][0]
     assert (entry["name"], entry["state"]) == (CHECK, "Ready")
+
+
+def test_a_servings_workloads_group_by_role_and_its_replicas_come_from_the_live_child() -> None:
+    from deepseek_operator.engine.kueue import workload_replicas, workloads_by_role
+
+    b, a = WorkloadFacts("b", role="decode"), WorkloadFacts("a", role="decode")
+    assert workloads_by_role([b, WorkloadFacts("p", role="prefill"), a]) == {
+        "decode": (a, b),
+        "prefill": (WorkloadFacts("p", role="prefill"),),
+    }
+    children = {("LeaderWorkerSet", "s-decode"): {"spec": {"replicas": 3}}}
+    assert workload_replicas(children, "s", "decode") == 3
+    assert workload_replicas(children, "s", "prefill") == 1  # not seen yet: at least one
+    assert workload_replicas({("Deployment", "s"): {"spec": {}}}, "s", "") == 0

@@ -16,11 +16,9 @@ from typing import Any
 
 import pytest
 
-from deepseek_operator.controller.cache import live_children
-from deepseek_operator.controller.node_tracker import facts_of
 from deepseek_operator.controller.records import KeptBody
 from deepseek_operator.controller.state import OperatorState
-from deepseek_operator.nodes.facts import NodeFacts
+from deepseek_operator.nodes.facts import NodeFacts, facts_of
 from tests.unit.factories import agent_labels, node
 
 POOLS = 5
@@ -179,7 +177,7 @@ def children_listed(n: int) -> Recorder:
     state = Recorder()
     for kind in ("Deployment", "Service"):
         snapshot = {f"llm/o{i}": child(kind, f"o{i}", f"o{i}", 10 + i) for i in range(n)}
-        state.children_seen(kind, None, f"{kind}-watch", snapshot)
+        state.owned_listed(kind, None, f"{kind}-watch", snapshot)
     return state
 
 
@@ -188,7 +186,7 @@ def test_python_calls_per_child_event_do_not_grow_with_the_fleet(events: int) ->
     def run(state: Recorder) -> Callable[[], None]:
         def go() -> None:
             for i in range(events):
-                state.child_seen(
+                state.owned_seen(
                     "Deployment", "MODIFIED", "llm/o7", child("Deployment", "o7", "o7", 100 + i)
                 )
 
@@ -205,22 +203,22 @@ def test_child_events_reach_only_their_owner_and_a_relisting_only_the_changed_on
     assert state.scheduled == []  # the first listing: resume reconciles every owner anyway
     for i in range(50):
         state.records.ensure(("llm", f"o{i}")).body = KeptBody.of({"metadata": {"uid": f"u{i}"}})
-    assert set(live_children(state.children.of(("llm", "o3")))) == {
+    assert set(state.owned.children(("llm", "o3"))) == {
         ("Deployment", "o3"),
         ("Service", "o3"),
     }
-    state.child_seen("Service", "MODIFIED", "llm/o3", child("Service", "o3", "o3", 500))
+    state.owned_seen("Service", "MODIFIED", "llm/o3", child("Service", "o3", "o3", 500))
     assert state.scheduled == [("llm", "o3")]
     state.scheduled.clear()
-    state.child_seen("Service", "DELETED", "llm/o4", child("Service", "o4", "o4", 501))
+    state.owned_seen("Service", "DELETED", "llm/o4", child("Service", "o4", "o4", 501))
     assert state.scheduled == [("llm", "o4")]
-    assert set(live_children(state.children.of(("llm", "o4")))) == {("Deployment", "o4")}
+    assert set(state.owned.children(("llm", "o4"))) == {("Deployment", "o4")}
     state.scheduled.clear()
     # A relabelled child leaves its old owner and joins the new one: both hear of it.
-    state.child_seen("Deployment", "MODIFIED", "llm/o5", child("Deployment", "o5", "o6", 502))
+    state.owned_seen("Deployment", "MODIFIED", "llm/o5", child("Deployment", "o5", "o6", 502))
     assert sorted(state.scheduled) == [("llm", "o6")]
-    assert ("Deployment", "o5") not in live_children(state.children.of(("llm", "o5")))
-    assert ("Deployment", "o5") in live_children(state.children.of(("llm", "o6")))
+    assert ("Deployment", "o5") not in state.owned.children(("llm", "o5"))
+    assert ("Deployment", "o5") in state.owned.children(("llm", "o6"))
     state.scheduled.clear()
     # The watch expired and listed again: one Deployment changed, one is gone.
     snapshot = {f"llm/o{i}": child("Deployment", f"o{i}", f"o{i}", 10 + i) for i in range(50)}
@@ -228,5 +226,5 @@ def test_child_events_reach_only_their_owner_and_a_relisting_only_the_changed_on
     del snapshot["llm/o10"]
     del snapshot["llm/o5"]
     snapshot["llm/o5"] = child("Deployment", "o5", "o6", 502)
-    state.children_seen("Deployment", None, "Deployment-watch", snapshot)
+    state.owned_listed("Deployment", None, "Deployment-watch", snapshot)
     assert sorted(state.scheduled) == [("llm", "o10"), ("llm", "o9")]

@@ -95,6 +95,7 @@ def _scheduled(*asks: tuple[float, str, bool], wait: float = 0.5) -> list[tuple[
             ran.append((trigger, status_only))
 
         state.reconcile = record  # type: ignore[method-assign]
+        state.records.ensure(KEY)  # (kopf told of it: a reconcile is kept on its record)
         for delay, trigger, status_only in asks:
             state.schedule(KEY, delay, trigger, status_only=status_only)
         await asyncio.sleep(wait)

@@ -9,8 +9,10 @@ from typing import Any
 import yaml
 
 from deepseek_operator import names
+from deepseek_operator.actions.children import pod_groups, pod_record
 from deepseek_operator.api.load import parse_serving
-from deepseek_operator.controller.pod_watch import POD_SELECTOR, PodGroups, pod_record
+from deepseek_operator.controller.cache import POD, OwnedIndex
+from deepseek_operator.controller.watches import POD_SELECTOR
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, PodSeen, plan
 from deepseek_operator.render.status import status_dict
@@ -56,20 +58,23 @@ def test_pod_record_keeps_owner_indexes_node_and_readiness_only() -> None:
     )
 
 
-def test_pod_groups_report_only_owners_whose_groups_changed() -> None:
-    groups = PodGroups()
-    key = ("llm", "dsv4-0")
+def test_pod_entries_report_only_owners_whose_groups_changed() -> None:
+    index = OwnedIndex()
+    key = (POD, "llm/dsv4-0")
     first = pod_record(_pod("dsv4-0", 0, 0, "a0"))
-    assert groups.observe(key, first) == {("llm", "dsv4")}
-    assert groups.observe(key, first) == set()  # the same facts: no reconcile
-    assert groups.observe(key, pod_record(_pod("dsv4-0", 0, 0, "a0", ready=True)))
-    assert groups.groups(("llm", "dsv4")) == {0: {0: PodSeen("dsv4-0", "a0", True)}}
+    owner = ("llm", "dsv4")
+    assert index.put(key, owner, first) == {owner}
+    assert index.put(key, owner, first) == set()  # the same facts: no reconcile
+    assert index.put(key, owner, pod_record(_pod("dsv4-0", 0, 0, "a0", ready=True)))
+    assert pod_groups(index.of_kind(owner, POD).values()) == {
+        "": {0: {0: PodSeen("dsv4-0", "a0", True)}}
+    }
     # A listing without the pod removes it; other namespaces are untouched.
-    other = ("other", "p")
-    groups.observe(other, pod_record({**_pod("p", 0, 0), "metadata": {
-        **_pod("p", 0, 0)["metadata"], "namespace": "other"}}))  # fmt: skip
-    assert groups.replace_in("llm", {}) == {("llm", "dsv4")}
-    assert groups.groups(("llm", "dsv4")) == {} and len(groups) == 1
+    other = pod_record({**_pod("p", 0, 0), "metadata": {
+        **_pod("p", 0, 0)["metadata"], "namespace": "other"}})  # fmt: skip
+    index.put((POD, "other/p"), ("other", "dsv4"), other)
+    assert index.replace(lambda k: k[1].startswith("llm/"), {}) == {owner}
+    assert index.of_kind(owner, POD) == {} and len(index) == 1
 
 
 def test_status_names_each_groups_clique_nodes_and_ready_pods() -> None:
@@ -109,13 +114,10 @@ def _role_pod(role: str, group: int, worker: int, node: str) -> dict[str, Any]:
 
 def test_the_roles_of_a_disaggregated_serving_keep_their_groups_apart() -> None:
     # Each role's LeaderWorkerSet numbers its groups from 0: group 0 of prefill is not decode's.
-    groups = PodGroups()
-    for pod in (_role_pod("prefill", 0, 0, "t0"), _role_pod("decode", 0, 0, "t2")):
-        record = pod_record(pod)
-        assert record is not None
-        groups.observe(("llm", pod["metadata"]["name"]), record)
-    assert groups.groups(("llm", "dsv4")) == {}  # no aggregated pods
-    assert groups.by_role(("llm", "dsv4")) == {
+    records = [pod_record(_role_pod(r, 0, 0, n)) for r, n in (("prefill", "t0"), ("decode", "t2"))]
+    groups = pod_groups(r for r in records if r is not None)
+    assert "" not in groups  # no aggregated pods
+    assert groups == {
         "decode": {0: {0: PodSeen("dsv4-decode-0", "t2", False)}},
         "prefill": {0: {0: PodSeen("dsv4-prefill-0", "t0", False)}},
     }

@@ -37,7 +37,8 @@ class FakeEvents:
 
 
 def _read(refusals: StatefulSetRefusals, *sts: dict[str, Any]) -> tuple[tuple[str, ...], Any]:
-    return asyncio.run(refusals.read("ns", sts))
+    memo = refusals.memo  # type: ignore[attr-defined]  # one per serving, as its record keeps
+    return asyncio.run(refusals.read("ns", sts, None, memo))
 
 
 def test_missing_pods_counts_only_an_observed_spec() -> None:
@@ -49,6 +50,7 @@ def test_missing_pods_counts_only_an_observed_spec() -> None:
 def test_a_refusal_is_read_once_per_resource_version_and_clears_with_the_pods() -> None:
     fake = FakeEvents(REFUSED)
     refusals = StatefulSetRefusals(fake)  # type: ignore[arg-type]
+    refusals.memo = {}  # type: ignore[attr-defined]
     assert _read(refusals, _sts(2, 0)) == ((f"StatefulSet/d: FailedCreate: {REFUSED}",), None)
     assert _read(refusals, _sts(2, 0)) == ((f"StatefulSet/d: FailedCreate: {REFUSED}",), None)
     assert fake.reads == 1
@@ -62,6 +64,7 @@ def test_missing_pods_without_an_event_are_looked_at_again_a_bounded_number_of_t
     monkeypatch.setattr(pod_refusals, "RECHECK_S", 0.0)
     fake = FakeEvents(None)
     refusals = StatefulSetRefusals(fake)  # type: ignore[arg-type]
+    refusals.memo = {}  # type: ignore[attr-defined]
     for _ in range(RECHECKS - 1):
         assert _read(refusals, _sts(2, 0)) == ((), 0.0)
     assert _read(refusals, _sts(2, 0)) == ((), None)
@@ -115,23 +118,24 @@ def test_the_leaderworkerset_controllers_own_failed_create_is_reported_while_its
     leader = f"Failed to create leader statefulset d: {QUOTA}"
     fake = FakeLwsEvents({"lws-1": [leader]})
     refusals = StatefulSetRefusals(fake)  # type: ignore[arg-type]
-    found, recheck = asyncio.run(refusals.read("ns", [], _lws()))
+    memo: pod_refusals.Memo = {}
+    found, recheck = asyncio.run(refusals.read("ns", [], _lws(), memo))
     assert found == (f"LeaderWorkerSet/d: FailedCreate: {leader}",) and recheck is None
-    asyncio.run(refusals.read("ns", [], _lws()))
+    asyncio.run(refusals.read("ns", [], _lws(), memo))
     assert fake.reads == ["lws-1"]  # once per resourceVersion and StatefulSets present
     # The leader StatefulSet exists now: that Event is history, and a worker's is the reason.
     worker = f"Failed to create worker statefulset for leader pod d-1: {QUOTA}"
     fake.messages["lws-1"] = [worker, leader]
-    found, _ = asyncio.run(refusals.read("ns", [_named("d", "s0", 2)], _lws()))
+    found, _ = asyncio.run(refusals.read("ns", [_named("d", "s0", 2)], _lws(), memo))
     assert found == (f"LeaderWorkerSet/d: FailedCreate: {worker}",)
     found, recheck = asyncio.run(
-        refusals.read("ns", [_named("d", "s0", 2), _named("d-0", "w0", 1)], _lws())
+        refusals.read("ns", [_named("d", "s0", 2), _named("d-0", "w0", 1)], _lws(), memo)
     )
     assert found == (f"LeaderWorkerSet/d: FailedCreate: {worker}",)
     # Everything exists: nothing is read and nothing reported, however old Events read.
     reads = len(fake.reads)
     everything = [_named("d", "s0", 2), _named("d-0", "w0", 1), _named("d-1", "w1", 1)]
-    assert asyncio.run(refusals.read("ns", everything, _lws())) == ((), None)
+    assert asyncio.run(refusals.read("ns", everything, _lws(), memo)) == ((), None)
     assert len(fake.reads) == reads
 
 
@@ -141,4 +145,5 @@ def test_an_absent_leader_statefulset_without_an_event_yet_is_looked_at_again(
     monkeypatch.setattr(pod_refusals, "RECHECK_S", 0.0)
     fake = FakeLwsEvents({"lws-1": ["Failed to create headless service for error: x"]})
     refusals = StatefulSetRefusals(fake)  # type: ignore[arg-type]
-    assert asyncio.run(refusals.read("ns", [], _lws())) == ((), 0.0)
+    memo: pod_refusals.Memo = {}
+    assert asyncio.run(refusals.read("ns", [], _lws(), memo)) == ((), 0.0)

@@ -7,6 +7,7 @@ import pathlib
 
 from deepseek_operator.actions import BACKOFF_TRIGGER, FollowUp
 from deepseek_operator.controller.queue import ReconcileQueue
+from deepseek_operator.controller.records import Records
 
 KEY = ("llm", "a")
 CONTROLLER = pathlib.Path(__file__).resolve().parents[2] / "operator/deepseek_operator/controller"
@@ -19,7 +20,10 @@ def _ran(script: object, wait: float = 0.3) -> tuple[list[tuple[str, bool]], int
         async def run(key: tuple[str, str], trigger: str, status_only: bool) -> None:
             ran.append((trigger, status_only))
 
-        queue = ReconcileQueue(run)
+        records = Records()
+        for key in (KEY, ("llm", "b")):
+            records.ensure(key)  # a reconcile is kept on its object's record
+        queue = ReconcileQueue(run, records)
         script(queue)  # type: ignore[operator]
         await asyncio.sleep(wait)
         return len(queue)
@@ -53,6 +57,19 @@ def test_a_cancelled_reconcile_never_runs_and_leaves_nothing() -> None:
         q.cancel(("llm", "b"))
 
     assert _ran(script) == ([], 0)
+
+
+def test_an_object_without_a_record_has_nothing_to_reconcile() -> None:
+    async def scenario() -> int:
+        async def run(key: tuple[str, str], trigger: str, status_only: bool) -> None:
+            raise AssertionError("ran")
+
+        queue = ReconcileQueue(run, Records())
+        queue.schedule(KEY, 0.0, "nodes")
+        await asyncio.sleep(0.05)
+        return len(queue)
+
+    assert asyncio.run(scenario()) == 0
 
 
 def test_no_controller_module_is_over_400_lines_and_the_kopf_wiring_under_200() -> None:

@@ -164,7 +164,7 @@ def test_a_child_deleted_by_hand_is_applied_again() -> None:
     inv = gb200_pool()
     a = _body("a")
     _run(rec, a, inv)
-    rec.records.child_deleted("llm", "Service", "a-api")
+    rec.records.child_deleted("llm", "Service", "a-api", "a")
     kube.calls.clear()
     _run(rec, a, inv)
     # The status is unchanged, so one GET proves the owner still lives before the write; the
@@ -358,8 +358,8 @@ def test_a_deleted_owner_ends_the_work_and_is_never_reconciled_again() -> None:
     # The watch restarted across the deletion: the index still serves the old body, and the
     # garbage collector deleted the children (the index shows none).
     kube.deleted.add("uid-a")
-    rec.records.child_deleted("llm", "Deployment", "a")
-    rec.records.child_deleted("llm", "Service", "a-api")
+    rec.records.child_deleted("llm", "Deployment", "a", "a")
+    rec.records.child_deleted("llm", "Service", "a-api", "a")
     kube.calls.clear()
     assert _run(rec, a, inv) is None
     assert kube.calls == [("get", "a")]  # proven gone before any child write

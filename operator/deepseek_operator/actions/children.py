@@ -1,15 +1,24 @@
 """Children and their owner: whose a child is, whether it still holds what we applied, and what
-the stores keep of a child, a StatefulSet or a DeepSeekServing (pure)."""
+the stores keep of a child, a StatefulSet, one of our LWS pods or a DeepSeekServing (pure)."""
 
 from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from deepseek_operator.names import KIND, KOPF_ANNOTATION_PREFIX, LWS_NAME_LABEL
-from deepseek_operator.plan import ChildKey
+from deepseek_operator.names import (
+    KIND,
+    KOPF_ANNOTATION_PREFIX,
+    LABEL_INSTANCE,
+    LABEL_PD_ROLE,
+    LWS_GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    LWS_WORKER_INDEX_LABEL,
+)
+from deepseek_operator.plan import ChildKey, PodSeen
 
 
 def controller_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -178,3 +187,49 @@ def involved_object(body: Mapping[str, Any]) -> dict[str, Any]:
         "kind": body.get("kind"),
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
     }
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    """What the pod watch keeps of one of our LWS pods (never its body): whose it is, its
+    group and worker index, and what ``status.groups`` shows of it (name, node, ready)."""
+
+    owner: tuple[str, str]  # (namespace, DeepSeekServing name)
+    group: int
+    worker: int
+    seen: PodSeen
+    role: str = ""  # a disaggregated serving's role ("" for an aggregated serving's pod)
+
+
+def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
+    """The record of one pod; None for a pod without our owner label or LWS's indexes."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        group = int(labels[LWS_GROUP_INDEX_LABEL])
+        worker = int(labels.get(LWS_WORKER_INDEX_LABEL, "0"))
+        owner = str(labels[LABEL_INSTANCE])
+    except (KeyError, TypeError, ValueError):
+        return None
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = not meta.get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    return PodRecord(
+        (str(meta.get("namespace")), owner),
+        group,
+        worker,
+        PodSeen(str(meta["name"]), node, ready),
+        str(labels.get(LABEL_PD_ROLE) or ""),
+    )
+
+
+def pod_groups(records: Iterable[PodRecord]) -> dict[str, dict[int, dict[int, PodSeen]]]:
+    """role → group index → worker index → pod, as the planner reads one serving's pods ("" for
+    an aggregated serving's; each role's LeaderWorkerSet numbers its groups from 0, so roles
+    are kept apart)."""
+    out: dict[str, dict[int, dict[int, PodSeen]]] = {}
+    for record in sorted(records, key=lambda r: r.role):
+        out.setdefault(record.role, {}).setdefault(record.group, {})[record.worker] = record.seen
+    return out

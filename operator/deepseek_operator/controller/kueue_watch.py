@@ -8,9 +8,9 @@ ReplicaSet (``<deployment>-<pod-template-hash>-<suffix>``) of such a Deployment.
 never end in a role's suffix (admission refuses it), so the name alone tells serving and role.
 
 Only what the Admitted condition and the pair's admission check need is kept (name, role, Kueue's
-conditions in a few words, the admission checks' states);
-a change asks for a *status* reconcile of the serving, as pod events do: admission never
-rewrites the workload.
+conditions in a few words, the admission checks' states), as an entry of the one owner index
+(:mod:`.cache`); a change asks for a *status* reconcile of the serving, as pod events do:
+admission never rewrites the workload.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from deepseek_operator.api.roles import ROLE_KINDS
 from deepseek_operator.engine.kueue import WorkloadFacts
 from deepseek_operator.names import LWS_KIND
 
-WorkloadKey = tuple[str, str]  # (namespace, Workload name)
 OwnerKey = tuple[str, str]  # (namespace, DeepSeekServing name)
 
 
@@ -110,56 +109,3 @@ def _seconds(timestamp: Any) -> float:
         return dt.datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
-
-
-class Workloads:
-    """Every watched Workload's record, and a serving's as the planner reads them."""
-
-    def __init__(self) -> None:
-        self._records: dict[WorkloadKey, WorkloadRecord] = {}
-        self._by_owner: dict[OwnerKey, dict[WorkloadKey, WorkloadRecord]] = {}
-
-    def of(self, owner: OwnerKey) -> dict[str, tuple[WorkloadFacts, ...]]:
-        """role → the facts of ``owner``'s Workloads of that role ("" for an aggregated one)."""
-        out: dict[str, list[WorkloadFacts]] = {}
-        for record in self._by_owner.get(owner, {}).values():
-            out.setdefault(record.facts.role, []).append(record.facts)
-        return {role: tuple(sorted(facts, key=lambda f: f.name)) for role, facts in out.items()}
-
-    def owners(self) -> list[OwnerKey]:
-        """Every serving that has a Workload."""
-        return list(self._by_owner)
-
-    def observe(self, key: WorkloadKey, record: WorkloadRecord | None) -> set[OwnerKey]:
-        """One Workload event (``record`` None: deleted); the owners whose Workloads changed."""
-        old = self._records.get(key)
-        if old == record:
-            return set()
-        changed = set()
-        if old is not None:
-            self._records.pop(key)
-            owned = self._by_owner.get(old.owner, {})
-            owned.pop(key, None)
-            if not owned:
-                self._by_owner.pop(old.owner, None)
-            changed.add(old.owner)
-        if record is not None:
-            self._records[key] = record
-            self._by_owner.setdefault(record.owner, {})[key] = record
-            changed.add(record.owner)
-        return changed
-
-    def replace_in(
-        self, namespace: str | None, snapshot: dict[WorkloadKey, WorkloadRecord]
-    ) -> set[OwnerKey]:
-        """A full listing of ``namespace`` (None: every namespace); the owners that changed."""
-        changed: set[OwnerKey] = set()
-        for key in [k for k in self._records if namespace is None or k[0] == namespace]:
-            if key not in snapshot:
-                changed |= self.observe(key, None)
-        for key, record in snapshot.items():
-            changed |= self.observe(key, record)
-        return changed
-
-    def __len__(self) -> int:
-        return len(self._records)

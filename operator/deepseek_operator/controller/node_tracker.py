@@ -1,6 +1,6 @@
 """The operator's node index: each Node's facts as last seen, and the inventory built from them.
 
-:func:`facts_of` turns each Node into facts once, in the watch thread; the tracker receives one
+:func:`~deepseek_operator.nodes.facts.facts_of` turns each Node into facts once, in the watch thread; the tracker receives one
 listing, then one event at a time (a Node watch, not a kopf index, whose initial listing costs
 O(nodes²): see :mod:`deepseek_operator.kube.list_watch`).
 A Node event yields a :class:`NodeChange` only when something the decision reads changed (labels,
@@ -16,53 +16,13 @@ devices, ``nodes/claims.py``): a held device is not free for any serving but the
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deepseek_operator.names import DRA_GPU_DRIVER, GFD_TIMESTAMP
 from deepseek_operator.nodes.claims import held_devices
-from deepseek_operator.nodes.dra import read_slices, with_claims
-from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, node_facts, with_dra
-
-# Labels rewritten on every pass of their producer that carry no GPU fact.
-IGNORED_NODE_LABELS = (GFD_TIMESTAMP,)
-
-
-def fingerprint(facts: NodeFacts) -> NodeFacts:
-    """``facts`` without the labels that change on every pass, so equal facts compare equal.
-
-    Label keys and values are interned: 10,000 Nodes repeat the same few hundred strings
-    (keys, products, pools), and one copy of each is what a fleet-sized index can afford.
-    """
-    labels = {
-        sys.intern(k): sys.intern(v)
-        for k, v in facts.labels.items()
-        if k not in IGNORED_NODE_LABELS
-    }
-    return dataclasses.replace(facts, labels=labels)
-
-
-def facts_of(node: dict[str, Any]) -> NodeFacts:
-    """The facts the operator keeps of one Node object."""
-    return fingerprint(node_facts(node))
-
-
-def slice_of(item: dict[str, Any]) -> dict[str, Any] | None:
-    """What the operator keeps of a ResourceSlice: a ``gpu.nvidia.com`` slice's name and spec
-    (None for another driver's, which says nothing of GPUs)."""
-    spec = item.get("spec")
-    if not isinstance(spec, dict) or spec.get("driver") != DRA_GPU_DRIVER:
-        return None
-    return {"metadata": {"name": (item.get("metadata") or {}).get("name", "")}, "spec": spec}
-
-
-def _slice_node(item: Mapping[str, Any] | None) -> str | None:
-    spec = item.get("spec") if item else None
-    node = spec.get("nodeName") if isinstance(spec, dict) else None
-    return node if isinstance(node, str) else None
+from deepseek_operator.nodes.dra import read_slices, slice_node, with_claims
+from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, with_dra
 
 
 def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -139,14 +99,14 @@ class NodeTracker:
         else:
             self._slices[name] = item
         self._inventory = self._pool_nodes = None
-        return self._node_changes({_slice_node(before), _slice_node(item)})
+        return self._node_changes({slice_node(before), slice_node(item)})
 
     def replace_slices(self, listed: Mapping[str, dict[str, Any] | None]) -> list[NodeChange]:
         """Take a full ResourceSlice listing as the truth; the changes of the nodes it touches."""
         kept = {name: item for name, item in listed.items() if item is not None}
         if kept == self._slices:
             return []
-        touched = {_slice_node(i) for i in (*self._slices.values(), *kept.values())}
+        touched = {slice_node(i) for i in (*self._slices.values(), *kept.values())}
         self._slices = kept
         self._inventory = self._pool_nodes = None
         return self._node_changes(touched)
@@ -184,7 +144,7 @@ class NodeTracker:
                 spec = item.get("spec")
                 pool = spec.get("pool") if isinstance(spec, dict) else None
                 if isinstance(pool, dict) and isinstance(pool.get("name"), str):
-                    self._pool_nodes.setdefault(pool["name"], set()).add(_slice_node(item))
+                    self._pool_nodes.setdefault(pool["name"], set()).add(slice_node(item))
         pools = {d.get("pool") for c in claims if c for d in c.get("devices", ())}
         return {n for p in pools if isinstance(p, str) for n in self._pool_nodes.get(p, ())}
 

@@ -24,33 +24,22 @@ from typing import Any
 
 from deepseek_operator.engine.kueue import (
     PAIR_HOLD_S,
+    CheckRecord,
     CheckUpdate,
     WorkloadFacts,
     pair_check_updates,
     pair_retries,
+    workload_replicas,
 )
 from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import (
     KUEUE_API_VERSION,
-    KUEUE_PAIR_CHECK_CONTROLLER,
     KUEUE_WORKLOAD_KIND,
-    LWS_KIND,
-    role_object_name,
 )
 
 log = logging.getLogger(__name__)
 
 ServingKey = tuple[str, str]
-CheckRecord = tuple[str, bool]  # (AdmissionCheck name, Active=True already)
-
-
-def admission_check_record(check: Mapping[str, Any]) -> CheckRecord | None:
-    """An AdmissionCheck this operator serves: its name and whether it is Active; else None."""
-    if (check.get("spec") or {}).get("controllerName") != KUEUE_PAIR_CHECK_CONTROLLER:
-        return None
-    conditions = (check.get("status") or {}).get("conditions") or []
-    active = any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
-    return str((check.get("metadata") or {}).get("name")), active
 
 
 def _now() -> str:
@@ -118,7 +107,7 @@ class PairAdmission:
         self, namespace: str, name: str, workloads: Mapping[str, tuple[WorkloadFacts, ...]]
     ) -> dict[str, int]:
         children = self.children_of((namespace, name))
-        return {role: self._replicas(children, name, role) for role in workloads}
+        return {role: workload_replicas(children, name, role) for role in workloads}
 
     def _release_holds(self, ours: frozenset[str]) -> None:
         """Retry on the quota younger pairs hold while their peer has none; look again when
@@ -143,18 +132,6 @@ class PairAdmission:
         self._recheck = None
         if self.checks:
             self._release_holds(frozenset(self.checks))
-
-    @staticmethod
-    def _replicas(
-        children: Mapping[tuple[str, str], Mapping[str, Any]], name: str, role: str
-    ) -> int:
-        """The replicas a role's (or the serving's) workload asks for, from the live child."""
-        child_name = role_object_name(name, role) if role else name
-        for kind in (LWS_KIND, "Deployment"):
-            child = children.get((kind, child_name))
-            if child is not None:
-                return int((child.get("spec") or {}).get("replicas") or 0)
-        return 1  # not seen yet: at least one Workload of it must be there
 
     def _spawn(self, call: Any) -> None:
         task = asyncio.get_running_loop().create_task(call)

@@ -36,26 +36,29 @@ log = logging.getLogger("deepseek_operator.controller")
 # resourceVersion: pods being created normally need no Event, and their StatefulSet changes.
 RECHECK_S = 5.0
 RECHECKS = 6
-CACHE_LIMIT = 4096
+
+# What was read of one object (by uid): (its version, times read, the Event's message or None,
+# when last read). A serving's record keeps those of its LeaderWorkerSets and StatefulSets.
+Memo = dict[str, tuple[str, int, str | None, float]]
 
 
 class StatefulSetRefusals:
-    """Reads (and remembers) the FailedCreate Events of StatefulSets that miss pods."""
+    """Reads the FailedCreate Events of StatefulSets that miss pods (remembered in a memo)."""
 
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        # uid -> (resourceVersion, times read, the Event's message or None, when last read)
-        self._seen: dict[str, tuple[str, int, str | None, float]] = {}
 
     async def read(
         self,
         namespace: str,
         statefulsets: Iterable[Mapping[str, Any]],
-        leaderworkerset: Mapping[str, Any] | None = None,
+        leaderworkerset: Mapping[str, Any] | None,
+        memo: Memo,
     ) -> tuple[tuple[str, ...], float | None]:
         """``("LeaderWorkerSet/<name>: FailedCreate: <message>", "StatefulSet/<name>:
         FailedCreate: <message>", ...)`` and, when a StatefulSet (or a pod) is missing without
-        an Event yet, the seconds after which to look again (else None)."""
+        an Event yet, the seconds after which to look again (else None); ``memo`` (updated)
+        says what was read before."""
         statefulsets = list(statefulsets)
         refusals: list[str] = []
         recheck: float | None = None
@@ -65,7 +68,7 @@ class StatefulSetRefusals:
             present = sorted(str((s.get("metadata") or {}).get("name")) for s in statefulsets)
             version = f"{meta.get('resourceVersion')}/{','.join(present)}"
             message, again = await self._cached(
-                namespace, str(meta.get("uid") or ""), version, bool(absent), absent
+                memo, namespace, str(meta.get("uid") or ""), version, bool(absent), absent
             )
             if message:
                 refusals.append(f"{LWS_KIND}/{meta.get('name')}: FailedCreate: {message}")
@@ -74,7 +77,7 @@ class StatefulSetRefusals:
             meta = sts.get("metadata") or {}
             version = str(meta.get("resourceVersion") or "")
             message, again = await self._cached(
-                namespace, str(meta.get("uid") or ""), version, bool(missing_pods(sts)), None
+                memo, namespace, str(meta.get("uid") or ""), version, bool(missing_pods(sts)), None
             )
             if message:
                 refusals.append(f"StatefulSet/{meta.get('name')}: FailedCreate: {message}")
@@ -82,14 +85,20 @@ class StatefulSetRefusals:
         return tuple(refusals), recheck
 
     async def _cached(
-        self, namespace: str, uid: str, version: str, missing: bool, targets: set[str] | None
+        self,
+        memo: Memo,
+        namespace: str,
+        uid: str,
+        version: str,
+        missing: bool,
+        targets: set[str] | None,
     ) -> tuple[str | None, float | None]:
         """The FailedCreate message of the object ``uid`` while it misses something (read once
         per ``version``, re-read a few times while there is none), and the recheck delay."""
         if not uid or not missing:
-            self._seen.pop(uid, None)
+            memo.pop(uid, None)
             return None, None
-        seen_version, reads, message, last_read = self._seen.get(uid, ("", 0, None, 0.0))
+        seen_version, reads, message, last_read = memo.get(uid, ("", 0, None, 0.0))
         if seen_version != version:
             reads, message = 0, None
         due = time.monotonic() - last_read >= RECHECK_S
@@ -97,9 +106,7 @@ class StatefulSetRefusals:
             message = await self._read(namespace, uid, targets)
             reads += 1
             last_read = time.monotonic()
-        if len(self._seen) >= CACHE_LIMIT:
-            self._seen.clear()
-        self._seen[uid] = (version, reads, message, last_read)
+        memo[uid] = (version, reads, message, last_read)
         if message:
             return message, None
         return None, (RECHECK_S if reads < RECHECKS else None)

@@ -3,8 +3,9 @@
 Every event that asks for a reconcile names a delay (a debounce) and a trigger. Events arriving
 while a reconcile waits fold into it: it writes children unless every event that asked for it
 wanted the status only (pod events), and it is named after the first event that asked for all
-it will do. An event due sooner brings the pending reconcile forward. A pending reconcile leaves
-the queue as it starts, so the queue holds nothing for an object with no reconcile waiting.
+it will do. An event due sooner brings the pending reconcile forward. The pending reconcile is
+kept on the object's record and leaves it as it starts; an object without a record (deleted,
+never seen) has nothing to reconcile.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 
 from deepseek_operator.actions import BACKOFF_TRIGGER, RECHECK_TRIGGER, FollowUp
-from deepseek_operator.controller.records import ServingKey
+from deepseek_operator.controller.records import PendingReconcile, Records, ServingKey
 
 # A failed scheduled reconcile may see no watch event again (e.g. a new CRD whose REST path
 # discovery did not list yet): it is tried again after this long, as kopf does for handlers.
@@ -29,38 +29,33 @@ Run = Callable[[ServingKey, str, bool], Awaitable[None]]
 """Runs one reconcile: (key, trigger, status_only)."""
 
 
-@dataclass
-class PendingReconcile:
-    """A reconcile waiting for its time: the task, when it is due (loop time), why, and
-    whether it may write children (False: every event that asked wanted the status only)."""
-
-    task: asyncio.Task[None]
-    due: float
-    trigger: str
-    full: bool
-
-
 class ReconcileQueue:
     """At most one pending reconcile per DeepSeekServing."""
 
     def __init__(
-        self, run: Run, context: Callable[[], contextvars.Context | None] = lambda: None
+        self,
+        run: Run,
+        records: Records,
+        context: Callable[[], contextvars.Context | None] = lambda: None,
     ) -> None:
         self._run = run
+        self._records = records  # each one holds its object's pending reconcile
         # The context a reconcile runs in (kopf's, so posting Events works), or None.
         self._context = context
-        self.pending: dict[ServingKey, PendingReconcile] = {}
 
     def __len__(self) -> int:
-        return len(self.pending)
+        return sum(rec.pending is not None for _key, rec in self._records.items())
 
     def schedule(
         self, key: ServingKey, delay: float, trigger: str, status_only: bool = False
     ) -> None:
         """Reconcile ``key`` in ``delay`` seconds, folding into a pending reconcile."""
+        rec = self._records.get(key)
+        if rec is None:
+            return
         full = not status_only
         due = asyncio.get_running_loop().time() + delay
-        pending = self.pending.get(key)
+        pending = rec.pending
         if pending is not None and not pending.task.done():
             # The reconcile is named after the first event that asked for all it will do: a
             # follow-up, or a status-only ask that a full one widens, yields its name.
@@ -75,12 +70,14 @@ class ReconcileQueue:
 
         async def later() -> None:
             await asyncio.sleep(delay)
-            record = self.pending.pop(key)
-            await self._run(key, record.trigger, not record.full)
+            now = self._records.get(key)  # (a replaced object's record took it over)
+            if now is not None and now.pending is mine:
+                now.pending = None
+            await self._run(key, mine.trigger, not mine.full)
 
         context = self._context()
         task = asyncio.create_task(later(), context=context.copy() if context else None)
-        self.pending[key] = PendingReconcile(task, due, trigger, full)
+        mine = rec.pending = PendingReconcile(task, due, trigger, full)
 
     def follow_up(self, key: ServingKey, follow_ups: Iterable[FollowUp]) -> None:
         """Schedule what a reconcile's outcome asks for (see :func:`actions.follow_ups`)."""
@@ -93,6 +90,7 @@ class ReconcileQueue:
 
     def cancel(self, key: ServingKey) -> None:
         """Drop ``key``'s pending reconcile (its object is gone)."""
-        pending = self.pending.pop(key, None)
-        if pending is not None and not pending.task.done():
-            pending.task.cancel()
+        rec = self._records.get(key)
+        if rec is not None and rec.pending is not None:
+            rec.pending.task.cancel()  # (nothing happens to one already running)
+            rec.pending = None

@@ -14,13 +14,11 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from deepseek_operator.actions import (
-    BACKOFF_FIRST_S,
-    BACKOFF_TRIGGER,
     Action,
     Apply,
     CheckOwner,
@@ -55,9 +53,7 @@ from deepseek_operator.kube.client import ForeignObject, KubeClient, OwnerGone, 
 from deepseek_operator.kube.encoding import EncodedObject
 from deepseek_operator.names import LWS_KIND, role_object_name
 from deepseek_operator.nodes.facts import NodeInventory
-from deepseek_operator.plan import ChildKey, GroupPods, Observed, plan
-
-__all__ = ["BACKOFF_FIRST_S", "BACKOFF_TRIGGER", "Outcome", "Reconciler"]
+from deepseek_operator.plan import ChildKey, GroupPods, Observed, RoleWorkloads, plan
 
 log = logging.getLogger("deepseek_operator.controller")
 _T = TypeVar("_T")
@@ -121,6 +117,7 @@ class Reconciler:
         statefulsets_of: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
         groups_of: Callable[[], Mapping[str, Mapping[int, GroupPods]]] | None = None,
         status_only: bool = False,
+        workloads_of: Callable[[], RoleWorkloads] | None = None,
     ) -> Outcome | None:
         """Reconcile ``key``, reading its latest body, nodes and children once the lock is held.
 
@@ -129,7 +126,8 @@ class Reconciler:
 
         Reading under the lock matters: a reconcile queued behind another must see what the
         first one wrote (its status, its children), not the snapshot that queued it.
-        ``groups_of``: each LeaderWorkerSet group's pods by role; ``status_only``: write no child.
+        ``groups_of``: each LeaderWorkerSet group's pods by role; ``status_only``: write no child;
+        ``workloads_of``: Kueue's Workloads of ``key`` by role (``spec.queueName``: Admitted).
         """
         namespace, name = key
         started = time.perf_counter()
@@ -146,8 +144,9 @@ class Reconciler:
                 try:
                     statefulsets = list(statefulsets_of()) if statefulsets_of else []
                     groups = groups_of() if groups_of is not None else {}
+                    workloads = workloads_of() if workloads_of is not None else {}
                     call = self._reconcile(
-                        rec, body, nodes_of(), live, statefulsets, groups, status_only
+                        rec, body, nodes_of(), live, statefulsets, groups, status_only, workloads
                     )
                     del body  # the call holds it only as long as it needs it
                     outcome = await call
@@ -228,9 +227,10 @@ class Reconciler:
         body: Mapping[str, Any],
         inventory: NodeInventory,
         live: Mapping[ChildKey, Mapping[str, Any]],
-        statefulsets: Iterable[Mapping[str, Any]] = (),
+        statefulsets: Sequence[Mapping[str, Any]] = (),
         groups: Mapping[str, Mapping[int, GroupPods]] | None = None,
         status_only: bool = False,
+        workloads: RoleWorkloads | None = None,
     ) -> Outcome:
         obj = self.records.parse(body)
         ours, strangers = split_children(live, obj.uid)
@@ -238,19 +238,21 @@ class Reconciler:
         recheck: float | None = None
         # A disaggregated serving has one LeaderWorkerSet per role, named <name>-<role>.
         roles = obj.spec.disaggregation.roles if obj.spec.disaggregation else ()
-        statefulsets = list(statefulsets)  # read once per LeaderWorkerSet
+        present = {_uid(s) for s in statefulsets}
         for name in [obj.name, *(role_object_name(obj.name, r.role) for r in roles)]:
             leaderworkerset = ours.get((LWS_KIND, name))
             if leaderworkerset is None:
                 continue
             # Ours: it and its StatefulSets report their refusals.
+            present.add(_uid(leaderworkerset))
             found, again = await self.statefulset_refusals.read(
-                obj.namespace, statefulsets, leaderworkerset
+                obj.namespace, statefulsets, leaderworkerset, rec.refusals
             )
             pod_refusals += found
             if again is not None:
                 recheck = again if recheck is None else min(recheck, again)
-        observed = Observed.from_body(body, ours, pod_refusals, groups, rec.workloads)
+        rec.refusals = {u: m for u, m in rec.refusals.items() if u in present}  # what exists
+        observed = Observed.from_body(body, ours, pod_refusals, groups, workloads)
         apis = self.apis_fresh() if self.apis_fresh is not None else None
         if apis is None:
             apis = await asyncio.to_thread(self.apis_of)

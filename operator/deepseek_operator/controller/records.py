@@ -1,12 +1,13 @@
 """One record per DeepSeekServing: everything the operator remembers about that object.
 
 The latest body (from kopf's events), the (uid, generation) last reconciled for a spec, the
-reconcile lock, the read-your-writes caches (the status we last wrote, apply responses the watch
-has not delivered yet, applies on their way) and the back-off count live on one
-:class:`ServingRecord`; the parsed specs of the objects reconciled last beside them
-(:class:`Records`, bounded). Forgetting a deleted object drops both, and a test can count what
-is left. (What the *cluster* holds, children and pods, is mirrored by the watches' stores
-and leaves with the objects themselves; a pending reconcile lives in the queue until it runs.)
+reconcile lock, the pending reconcile, the read-your-writes caches (the status we last wrote,
+apply responses the watch has not delivered yet, applies on their way), the FailedCreate Events
+read for its StatefulSets and the back-off count live on one :class:`ServingRecord`; the parsed
+specs of the objects reconciled last beside them (:class:`Records`, bounded). Forgetting a
+deleted object drops both, and a test can count what is left. (What the *cluster* holds,
+children, pods and Workloads, is mirrored by the owner index, :mod:`.cache`, and leaves with
+the objects themselves.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from deepseek_operator.actions.children import pack_body, unpack_body
 from deepseek_operator.api.load import ServingObject, parse_serving
-from deepseek_operator.plan import ChildKey, RoleWorkloads
+from deepseek_operator.plan import ChildKey
 from deepseek_operator.recent import RecentMemory
 
 ServingKey = tuple[str, str]  # (namespace, name)
@@ -59,6 +60,17 @@ class KeptBody:
         return unpack_body(self.packed)
 
 
+@dataclass(slots=True)
+class PendingReconcile:
+    """A reconcile waiting for its time (:mod:`.queue`): the task, when it is due (loop time),
+    why, and whether it may write children (False: every asker wanted the status only)."""
+
+    task: asyncio.Task[None]
+    due: float
+    trigger: str
+    full: bool
+
+
 @dataclass(slots=True, eq=False)
 class ServingRecord:
     """What the operator remembers about one DeepSeekServing."""
@@ -69,6 +81,7 @@ class ServingRecord:
     # a label edit) needs no reconcile.
     handled: tuple[str, int] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: PendingReconcile | None = None  # the one reconcile waiting for its time
     # The last status we wrote with its resourceVersion, until the watch delivers it; packed
     # (compressed JSON) as in a burst of creates the watch lags for every object at once.
     written: tuple[int, bytes] | None = None
@@ -78,9 +91,9 @@ class ServingRecord:
     # that child was on its way (0: none yet).
     in_flight: dict[ChildKey, int] = field(default_factory=dict)
     failures: int = 0  # consecutive blocked reconciles (the back-off's step)
-    # Kueue's Workloads of the serving (spec.queueName), as the state saw them when it asked
-    # for this reconcile: the Admitted condition's facts.
-    workloads: RoleWorkloads = field(default_factory=dict)
+    # Per LeaderWorkerSet or StatefulSet of it (uid): the FailedCreate Event read at its
+    # version, so one Event LIST serves every reconcile until it changes (:mod:`.pod_refusals`).
+    refusals: dict[str, tuple[str, int, str | None, float]] = field(default_factory=dict)
 
     def freshest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """``body`` with the status we last wrote, if the watch has not delivered it yet."""
@@ -138,9 +151,9 @@ class ServingRecord:
         return seen > written
 
     def reconciler_state_dropped(self) -> ServingRecord:
-        """A record that keeps only what kopf told (body, handled): a replaced object's caches
-        must never leak into its successor's reconciles."""
-        return ServingRecord(body=self.body, handled=self.handled)
+        """A record that keeps only what kopf told (body, handled) and the pending reconcile
+        of the name: a replaced object's caches must never leak into its successor's."""
+        return ServingRecord(body=self.body, handled=self.handled, pending=self.pending)
 
 
 def resource_version(obj: Mapping[str, Any]) -> int:
@@ -257,14 +270,10 @@ class Records:
         rec = self._by_key.get((namespace, owner))
         return rec is not None and rec.echo((kind, name), body)
 
-    def child_deleted(self, namespace: str, kind: str, name: str, owner: str | None = None) -> None:
-        """A child is gone: never mistake our old apply response for it."""
-        if owner:
-            rec = self._by_key.get((namespace, owner))
-            recs = [rec] if rec is not None else []
-        else:
-            recs = [r for k, r in self._by_key.items() if k[0] == namespace]
-        for rec in recs:
+    def child_deleted(self, namespace: str, kind: str, name: str, owner: str) -> None:
+        """A child of ``owner`` is gone: never mistake our old apply response for it."""
+        rec = self._by_key.get((namespace, owner))
+        if rec is not None:
             rec.applied.pop((kind, name), None)
 
     def bodies(self) -> Iterator[tuple[ServingKey, KeptBody]]:
@@ -274,9 +283,3 @@ class Records:
     def items(self) -> list[tuple[ServingKey, ServingRecord]]:
         """Every (key, record) (a snapshot)."""
         return list(self._by_key.items())
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._by_key

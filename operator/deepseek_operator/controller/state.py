@@ -20,32 +20,27 @@ from typing import Any
 import kopf
 
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
-from deepseek_operator.actions.children import kept
+from deepseek_operator.actions.children import kept, pod_groups
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.cache import (
+    POD,
+    STATEFULSET,
+    WORKLOAD,
     OwnedIndex,
-    child_owner,
     keep_out_of_gc,
-    live_children,
-    statefulset_owner,
+    owner_of,
     within,
 )
 from deepseek_operator.controller.discovery import ClusterApiProbe
-from deepseek_operator.controller.kueue_watch import Workloads
 from deepseek_operator.controller.node_events import NodeEvents
 from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.pair_admission import PairAdmission
 from deepseek_operator.controller.peering_gate import PeeringGate
-from deepseek_operator.controller.pod_watch import PodGroups
 from deepseek_operator.controller.queue import ReconcileQueue
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
 from deepseek_operator.controller.records import KeptBody, Records, ServingKey
-from deepseek_operator.controller.watches import (
-    LIST_WATCHES,
-    POD_DEBOUNCE_S,
-    Asks,
-    callbacks,
-)
+from deepseek_operator.controller.watches import LIST_WATCHES, POD_DEBOUNCE_S, Asks, callbacks
+from deepseek_operator.engine.kueue import WorkloadFacts, workloads_by_role
 from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.kube.credentials import Credentials
 from deepseek_operator.kube.list_watch import ListWatch, WatchLoop
@@ -93,10 +88,9 @@ class OperatorState(NodeEvents):
             records=self.records,
         )
         self.nodes = NodeTracker()
-        # Children by owner: (kind, namespace/name) → the reduced body (the child watches).
-        self.children: OwnedIndex[tuple[str, str], dict[str, Any]] = OwnedIndex()
-        # LeaderWorkerSets' StatefulSets by LeaderWorkerSet: namespace/name → the reduced body.
-        self.statefulsets: OwnedIndex[str, dict[str, Any]] = OwnedIndex()
+        # Everything watched that belongs to a serving: children, LWS StatefulSets, our LWS
+        # pods, Kueue's Workloads, by owner (:mod:`.cache`).
+        self.owned = OwnedIndex()
         self.nodes_listed = asyncio.Event()  # set once the first Node listing is in
         self.children_listed = asyncio.Event()  # set once every child watch has listed once
         self._unlisted: set[str] = set()  # child watches yet to list
@@ -105,15 +99,14 @@ class OperatorState(NodeEvents):
         self.crd_watches: list[tuple[str, ListWatch[Any]]] = []  # (CRD, a watch of its kind)
         self.queue = ReconcileQueue(
             lambda key, trigger, status_only: self.run_reconcile(key, trigger, status_only),
+            self.records,
             lambda: self.kopf_context,
         )
-        self.pods = PodGroups()
-        self.workloads = Workloads()  # Kueue's, of servings with spec.queueName
         self.pair = PairAdmission(
             self.kube,
-            self.workloads.of,
-            lambda key: live_children(self.children.of(key)),
-            self.workloads.owners,
+            self.workloads_of,
+            self.owned.children,
+            lambda: self.owned.owners_with(WORKLOAD),
         )
         # kopf's context (its settings and event queue, which ``kopf.event`` reads), captured
         # in its first DeepSeekServing handler: reconciles scheduled from our own watches run
@@ -133,12 +126,9 @@ class OperatorState(NodeEvents):
         records = self.records.items()
         return {
             "records": len(records),
-            "pending": len(self.queue),
-            "child_owners": len(self.children.by_owner),
-            "children": len(self.children),
-            "statefulsets": len(self.statefulsets.by_owner),
-            "pods": len(self.pods),
-            "kueue_workloads": len(self.workloads),
+            "pending": sum(rec.pending is not None for _key, rec in records),
+            "owners": len(self.owned.by_owner),
+            "owned": len(self.owned),
             "apply_responses": sum(len(rec.applied) for _key, rec in records),
             "applies_in_flight": sum(len(rec.in_flight) for _key, rec in records),
             "parsed_specs": self.records.parsed_count(),
@@ -146,6 +136,10 @@ class OperatorState(NodeEvents):
 
     def __copy__(self) -> OperatorState:
         return self
+
+    def workloads_of(self, key: ServingKey) -> dict[str, tuple[WorkloadFacts, ...]]:
+        """role → the facts of ``key``'s Kueue Workloads (empty without Kueue)."""
+        return workloads_by_role(r.facts for r in self.owned.of_kind(key, WORKLOAD).values())
 
     def body(self, key: ServingKey) -> Mapping[str, Any] | None:
         """The latest body of a DeepSeekServing (None once deleted)."""
@@ -211,16 +205,19 @@ class OperatorState(NodeEvents):
             self.nodes_changed(changes)
         self.nodes_listed.set()
 
-    def children_seen(
-        self, kind: str, namespace: str | None, watch: str, listed: dict[str, dict[str, Any]]
+    def owned_listed(
+        self, kind: str, namespace: str | None, watch: str, listed: dict[str, Any]
     ) -> None:
-        """A full listing of one child kind in ``namespace`` (None: every namespace), at start
-        or after its watch expired."""
-        changed = self.children.replace(
+        """A full listing of ``kind`` in ``namespace`` (None: every namespace) for the owner
+        index, at start or after its watch expired."""
+        changed = self.owned.replace(
             lambda k: k[0] == kind and within(namespace, k[1]),
-            {(kind, k): (child_owner(k.partition("/")[0], b), b) for k, b in listed.items()},
+            {(kind, k): (owner_of(kind, k, v), v) for k, v in listed.items() if v is not None},
         )
-        self._listed(watch, changed)
+        if kind in (POD, WORKLOAD):
+            self.pods_changed(changed)
+        else:
+            self._listed(watch, changed)
 
     def _listed(self, watch: str, changed: set[ServingKey]) -> None:
         """A child watch's full listing is in: once every one has listed, children are known;
@@ -233,42 +230,25 @@ class OperatorState(NodeEvents):
             keep_out_of_gc()
             self.children_listed.set()
 
-    def child_seen(self, kind: str, type_: str, key: str, body: dict[str, Any]) -> None:
-        """One event of a child: readiness, a hand edit, a deletion: reconcile its owner."""
+    def owned_seen(self, kind: str, type_: str, key: str, value: Any) -> None:
+        """One event for the owner index: a pod or Workload asks for a status reconcile of
+        its serving; a child (readiness, a hand edit, a deletion) or a LeaderWorkerSet's
+        StatefulSet (its refused pods surface as ``PodsRefused``) reconciles its owner."""
         deleted = type_ == "DELETED"
-        namespace, _, name = key.partition("/")
-        owner = None if deleted else child_owner(namespace, body)
-        # Its owner now, else (deleted, unlabelled) the one it had.
-        changed = self.children.put((kind, key), owner, None if deleted else body)
-        owner = owner or next(iter(changed), None)
-        if deleted:
-            self.records.child_deleted(namespace, kind, name, owner[1] if owner else None)
+        labelled = owner_of(kind, key, value)
+        changed = self.owned.put((kind, key), None if deleted else labelled, value)
+        if kind in (POD, WORKLOAD):
+            self.pods_changed(changed)
+            return
+        owner = labelled or next(iter(changed), None)  # its owner by label, else the one it had
         if owner is None:
             return
-        if not deleted and self.records.child_observed(namespace, owner[1], kind, name, body):
+        namespace, _, name = key.partition("/")
+        if deleted:
+            self.records.child_deleted(namespace, kind, name, owner[1])
+        if not deleted and self.records.child_observed(namespace, owner[1], kind, name, value):
             return  # the watch echoing our own apply
         self._owner_changed(owner)
-
-    def statefulsets_seen(
-        self, namespace: str | None, watch: str, listed: dict[str, dict[str, Any]]
-    ) -> None:
-        """A full listing of LeaderWorkerSets' StatefulSets in ``namespace`` (None: all)."""
-        changed = self.statefulsets.replace(
-            lambda k: within(namespace, k),
-            {k: (statefulset_owner(k.partition("/")[0], b), b) for k, b in listed.items()},
-        )
-        self._listed(watch, changed)
-
-    def statefulset_seen(self, type_: str, key: str, body: dict[str, Any]) -> None:
-        """A StatefulSet of a LeaderWorkerSet changed: reconcile the DeepSeekServing it serves,
-        if any (our LeaderWorkerSet is named after it), so pods its controller cannot create
-        surface as ``PodsRefused``."""
-        owner = None if type_ == "DELETED" else statefulset_owner(key.partition("/")[0], body)
-        changed = self.statefulsets.put(key, owner, body)
-        if owner is not None or type_ == "DELETED":  # its LeaderWorkerSet now, else the old one
-            lws = owner or next(iter(changed), None)
-            if lws is not None:
-                self._owner_changed(lws)
 
     def _owner_changed(self, key: ServingKey) -> None:
         # Garbage collection deleting the children of a deleted owner is no reason to reconcile it.
@@ -313,16 +293,16 @@ class OperatorState(NodeEvents):
         """Reconcile ``key`` with whatever the stores hold once its turn comes."""
         await self.nodes_listed.wait()  # never decide on a partial inventory
         await self.children_listed.wait()  # nor on a partial view of what exists
-        self.records.ensure(key).workloads = self.workloads.of(key)  # Kueue's, for Admitted
         return await self.reconciler.reconcile(
             key,
             lambda: self.body(key),
             self.nodes.inventory,
-            lambda: live_children(self.children.of(key)),
+            lambda: self.owned.children(key),
             trigger,
-            statefulsets_of=lambda: list(self.statefulsets.of(key).values()),
-            groups_of=lambda: self.pods.by_role(key),
+            statefulsets_of=lambda: list(self.owned.of_kind(key, STATEFULSET).values()),
+            groups_of=lambda: pod_groups(self.owned.of_kind(key, POD).values()),
             status_only=status_only,
+            workloads_of=lambda: self.workloads_of(key),
         )
 
     def schedule(

@@ -41,12 +41,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from deepseek_operator.actions.children import kept, reduced_child, reduced_statefulset
+from deepseek_operator.actions.children import kept, pod_record, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, KUEUE_CRD, LWS_CRD
 from deepseek_operator.controller.kueue_watch import workload_record
-from deepseek_operator.controller.node_tracker import facts_of, slice_of
-from deepseek_operator.controller.pair_admission import admission_check_record
-from deepseek_operator.controller.pod_watch import POD_SELECTOR, pod_key, pod_record
+from deepseek_operator.engine.kueue import admission_check_record
 from deepseek_operator.kube.client import group_version_prefix
 from deepseek_operator.names import (
     API_VERSION,
@@ -65,11 +63,15 @@ from deepseek_operator.names import (
     RESOURCE_CLAIM_TEMPLATE_KIND,
 )
 from deepseek_operator.nodes.claims import claim_of
+from deepseek_operator.nodes.dra import slice_of
+from deepseek_operator.nodes.facts import facts_of
 
 if TYPE_CHECKING:  # the state holds the watches; only its type is needed here
     from deepseek_operator.controller.state import OperatorState
 
 CHILD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+# Our LeaderWorkerSet pods only: managed by us and carrying LWS's name label.
+POD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LWS_NAME_LABEL}"
 KUEUE_CHECK_CRD = "admissionchecks.kueue.x-k8s.io"
 # Debounces: a burst of events costs one reconcile per object.
 NODE_DEBOUNCE_S = 1.0
@@ -216,23 +218,9 @@ def callbacks(
         return functools.partial(state.claims_seen, name), state.claim_seen
     if spec.asks is Asks.CHECKS:  # Kueue AdmissionChecks the operator serves
         return state.pair.checks_listed, state.pair.check_seen
-    if spec.asks in (Asks.OWNER_STATUS, Asks.ADMISSION):  # pods; Kueue's Workloads
-        store = state.pods if spec.asks is Asks.OWNER_STATUS else state.workloads
+    if spec.asks in (Asks.OWNER, Asks.OWNER_STATUS, Asks.ADMISSION):  # the one owner index
         return (
-            lambda listed: state.pods_changed(
-                store.replace_in(
-                    namespace, {pod_key(k): r for k, r in listed.items() if r is not None}
-                )
-            ),
-            lambda t, key, record: state.pods_changed(
-                store.observe(pod_key(key), None if t == "DELETED" else record)
-            ),
+            functools.partial(state.owned_listed, spec.kind, namespace, name),
+            functools.partial(state.owned_seen, spec.kind),
         )
-    if spec.child:
-        return (
-            functools.partial(state.children_seen, spec.kind, namespace, name),
-            functools.partial(state.child_seen, spec.kind),
-        )
-    if spec.kind == "StatefulSet":
-        return functools.partial(state.statefulsets_seen, namespace, name), state.statefulset_seen
     return state.peering.listed_all, state.peering.seen  # kopf's peering object

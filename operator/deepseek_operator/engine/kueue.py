@@ -10,8 +10,9 @@ inert: nothing waits. docs/kueue.md tells the whole story.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from deepseek_operator import names as N
 from deepseek_operator.api.spec import DeepSeekServingSpec
@@ -59,6 +60,39 @@ class WorkloadFacts:
     checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
     created_at: float = 0.0  # metadata.creationTimestamp, seconds since the epoch
     reserved_at: float = 0.0  # when QuotaReserved turned True (0: not reserved)
+
+
+CheckRecord = tuple[str, bool]  # (AdmissionCheck name, Active=True already)
+
+
+def admission_check_record(check: Mapping[str, Any]) -> CheckRecord | None:
+    """An AdmissionCheck this operator serves: its name and whether it is Active; else None."""
+    if (check.get("spec") or {}).get("controllerName") != N.KUEUE_PAIR_CHECK_CONTROLLER:
+        return None
+    conditions = (check.get("status") or {}).get("conditions") or []
+    active = any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+    return str((check.get("metadata") or {}).get("name")), active
+
+
+def workload_replicas(
+    children: Mapping[tuple[str, str], Mapping[str, Any]], name: str, role: str
+) -> int:
+    """The replicas a role's (or the serving ``name``'s) workload asks for, from its live
+    child (1 when not seen yet: at least one Workload of it must be there)."""
+    child_name = N.role_object_name(name, role) if role else name
+    for kind in (N.LWS_KIND, "Deployment"):
+        child = children.get((kind, child_name))
+        if child is not None:
+            return int((child.get("spec") or {}).get("replicas") or 0)
+    return 1
+
+
+def workloads_by_role(facts: Iterable[WorkloadFacts]) -> dict[str, tuple[WorkloadFacts, ...]]:
+    """role → one serving's Workloads of that role, by name ("" for an aggregated serving's)."""
+    out: dict[str, list[WorkloadFacts]] = {}
+    for one in facts:
+        out.setdefault(one.role, []).append(one)
+    return {role: tuple(sorted(ws, key=lambda f: f.name)) for role, ws in out.items()}
 
 
 @dataclass(frozen=True)

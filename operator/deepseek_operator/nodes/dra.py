@@ -94,6 +94,22 @@ def _read_pool(pool: _Pool, where: str) -> tuple[list[DraGpu], list[str]]:
     return devices, problems
 
 
+def slice_of(item: dict[str, Any]) -> dict[str, Any] | None:
+    """What the operator keeps of a ResourceSlice: a ``gpu.nvidia.com`` slice's name and spec
+    (None for another driver's, which says nothing of GPUs)."""
+    spec = item.get("spec")
+    if not isinstance(spec, dict) or spec.get("driver") != names.DRA_GPU_DRIVER:
+        return None
+    return {"metadata": {"name": (item.get("metadata") or {}).get("name", "")}, "spec": spec}
+
+
+def slice_node(item: Mapping[str, Any] | None) -> str | None:
+    """The node a ResourceSlice names (None: none, or not a slice)."""
+    spec = item.get("spec") if item else None
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    return node if isinstance(node, str) else None
+
+
 def read_slices(slices: Iterable[Any], node_names: Iterable[str]) -> DraInventory:
     """Group the ``gpu.nvidia.com`` slices by node and read their GPUs.
 

@@ -11,6 +11,7 @@ DRA-only node they are also the GPU count, since its ``status.allocatable`` has 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -240,6 +241,29 @@ def fabric_usable(labels: Mapping[str, str]) -> bool:
     """No agent fabric state, or the agent's ``mnnvl.state`` is ``ready``."""
     state = labels.get(names.AGENT_MNNVL_STATE)
     return state is None or state == names.MNNVL_STATE_READY
+
+
+# Labels rewritten on every pass of their producer that carry no GPU fact.
+IGNORED_NODE_LABELS = (names.GFD_TIMESTAMP,)
+
+
+def fingerprint(facts: NodeFacts) -> NodeFacts:
+    """``facts`` without the labels that change on every pass, so equal facts compare equal.
+
+    Label keys and values are interned: 10,000 Nodes repeat the same few hundred strings
+    (keys, products, pools), and one copy of each is what a fleet-sized index can afford.
+    """
+    labels = {
+        sys.intern(k): sys.intern(v)
+        for k, v in facts.labels.items()
+        if k not in IGNORED_NODE_LABELS
+    }
+    return dataclasses.replace(facts, labels=labels)
+
+
+def facts_of(node: dict[str, Any]) -> NodeFacts:
+    """The facts the operator keeps of one Node object (the Node watch's reducer)."""
+    return fingerprint(node_facts(node))
 
 
 def node_facts(node: Mapping[str, Any], dra: DraGpus | None = None) -> NodeFacts:
