@@ -26,6 +26,7 @@ from deepseek_operator.engine.kueue import (
     admission_check_record,
     pair_check_updates,
     pair_retries,
+    wanted_replicas,
 )
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import KUEUE_QUEUE_LABEL
@@ -255,6 +256,17 @@ def test_a_pair_turns_ready_only_when_every_workload_of_both_roles_has_quota() -
     assert pair_check_updates(whole, wanted, frozenset({"other"})) == []
     done = {r: [_facts(f"{r}0", r, reserved=True, state="Ready")] for r in ("prefill", "decode")}
     assert pair_check_updates(done, {"prefill": 1, "decode": 1}, frozenset({CHECK})) == []
+
+
+def test_a_pair_with_one_role_seen_wants_the_other_role_too() -> None:
+    # The decode Workload is seen with quota reserved before the prefill one exists: judged by
+    # the roles seen, the pair would be "whole" and decode admitted alone (cold make test, 21:00).
+    decode_only = {"decode": [_facts("d0", "decode", reserved=True)]}
+    wanted = wanted_replicas(decode_only, {}, "two")
+    assert wanted == {"decode": 1, "prefill": 1}
+    assert pair_check_updates(decode_only, wanted, frozenset({CHECK})) == []
+    aggregated = {"": [_facts("a", "", reserved=True)]}
+    assert wanted_replicas(aggregated, {}, "one") == {"": 1}
 
 
 def test_an_aggregated_serving_passes_the_check_per_workload() -> None:

@@ -29,7 +29,7 @@ from deepseek_operator.engine.kueue import (
     WorkloadFacts,
     pair_check_updates,
     pair_retries,
-    workload_replicas,
+    wanted_replicas,
 )
 from deepseek_operator.kube.client import KubeClient
 from deepseek_operator.names import (
@@ -106,8 +106,7 @@ class PairAdmission:
     def _wanted(
         self, namespace: str, name: str, workloads: Mapping[str, tuple[WorkloadFacts, ...]]
     ) -> dict[str, int]:
-        children = self.children_of((namespace, name))
-        return {role: workload_replicas(children, name, role) for role in workloads}
+        return wanted_replicas(workloads, self.children_of((namespace, name)), name)
 
     def _release_holds(self, ours: frozenset[str]) -> None:
         """Retry on the quota younger pairs hold while their peer has none; look again when

@@ -87,6 +87,23 @@ def workload_replicas(
     return 1
 
 
+def wanted_replicas(
+    workloads: Mapping[str, Sequence[WorkloadFacts]],
+    children: Mapping[tuple[str, str], Mapping[str, Any]],
+    name: str,
+) -> dict[str, int]:
+    """role → the replicas serving ``name``'s Workloads of that role must cover.
+
+    A pair wants both roles as soon as either has a Workload: Kueue creates one Workload per
+    LeaderWorkerSet, and the peer's may not exist (or not be seen) yet when the first one's
+    quota is reserved. Judging the pair by the roles seen so far would admit that one alone.
+    """
+    roles = set(workloads)
+    if roles & set(N.PD_ROLE_NAMES):
+        roles = (roles - {""}) | set(N.PD_ROLE_NAMES)
+    return {role: workload_replicas(children, name, role) for role in sorted(roles)}
+
+
 def workloads_by_role(facts: Iterable[WorkloadFacts]) -> dict[str, tuple[WorkloadFacts, ...]]:
     """role → one serving's Workloads of that role, by name ("" for an aggregated serving's)."""
     out: dict[str, list[WorkloadFacts]] = {}
