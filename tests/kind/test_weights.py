@@ -203,8 +203,16 @@ def run(kc: KindCluster, t0: float, timings: dict[str, float]) -> None:
     timings["hub_ready"] = time.monotonic() - t0
     kc.apply(serving())
 
-    # Until WeightsReady is True, no vLLM workload may exist; record what each look saw.
+    # No vLLM workload may exist before the fill Job has completed; record what each look saw.
+    # (Not "before WeightsReady is True": the operator applies the Deployment and then writes
+    # the status, so a look between the two sees a pod while the status is still False.)
     early: list[str] = []
+
+    def fill_complete() -> bool:
+        jobs = kc.kubectl_json("get", "jobs", "-n", NS, "-l",
+                               f"{names.LABEL_COMPONENT}={names.FILL_COMPONENT}")["items"]  # fmt: skip
+        return any(condition(j, "Complete").get("status") == "True" for j in jobs)
+
     reasons: list[str] = []
 
     def weights_ready() -> dict[str, Any] | None:
@@ -214,10 +222,13 @@ def run(kc: KindCluster, t0: float, timings: dict[str, float]) -> None:
             reasons.append(cond["reason"])
         if cond.get("status") == "True":
             return obj
-        early.extend(kc.kubectl("get", "deployment", NAME, "-n", NS, "--ignore-not-found",
-                                "-o", "name").stdout.split())  # fmt: skip
-        early.extend(kc.kubectl("get", "pods", "-n", NS, "-l", f"{names.LABEL_INSTANCE}={NAME}",
-                                "-o", "name").stdout.split())  # fmt: skip
+        seen = kc.kubectl("get", "deployment", NAME, "-n", NS, "--ignore-not-found",
+                          "-o", "name").stdout.split()  # fmt: skip
+        seen += kc.kubectl("get", "pods", "-n", NS, "-l", f"{names.LABEL_INSTANCE}={NAME}",
+                           "-o", "name").stdout.split()  # fmt: skip
+        # The Job is read after the workloads: not complete now, so not complete then either.
+        if seen and not fill_complete():
+            early.extend(seen)
         if cond.get("reason") == "FillFailed":
             pytest.fail(f"WeightsReady=False FillFailed: {cond.get('message')}", pytrace=False)
         return None
@@ -229,7 +240,7 @@ def run(kc: KindCluster, t0: float, timings: dict[str, float]) -> None:
         raise
     timings["weights_ready"] = time.monotonic() - t0
     print("WeightsReady reasons seen:", reasons)
-    assert early == [], f"vLLM workloads before WeightsReady: {early}"
+    assert early == [], f"vLLM workloads before the fill Job completed: {early}"
     cond = condition(obj, names.WEIGHTS_READY)
     assert cond["reason"] == "Filled", cond
     weights = obj["status"]["weights"]
