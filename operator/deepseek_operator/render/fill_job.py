@@ -34,6 +34,7 @@ from deepseek_operator.names import (
     MANAGED_BY,
     PROJECT,
 )
+from deepseek_operator.render.metadata import restricted_container_security
 
 FILL_HF_HOME = "/cache"
 """Where the fill pod mounts the claim (its ``--hf-home``); the vLLM pods' mountPath may differ:
@@ -119,13 +120,7 @@ def render_fill_job(serving: ServingObject, image: str) -> dict[str, Any]:
         "env": env,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container_security(),
         "resources": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [
             {"name": "weights", "mountPath": FILL_HF_HOME},

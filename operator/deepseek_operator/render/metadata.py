@@ -95,3 +95,15 @@ def _metadata(
 def child_metadata(obj: ServingObject) -> dict[str, Any]:
     """The metadata of a serving-wide child (labels and owner, no role), named after it."""
     return _metadata(obj, obj.name, {LABEL_COMPONENT: "routing"})
+
+
+def restricted_container_security() -> dict[str, Any]:
+    """A container securityContext that meets the restricted Pod Security Standard with a
+    read-only root: what the operator's own containers (the router, the weights fill) run with."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }

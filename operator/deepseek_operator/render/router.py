@@ -43,7 +43,11 @@ from deepseek_operator.names import (
     ROUTER_COMPONENT,
     ROUTER_USER,
 )
-from deepseek_operator.render.metadata import _metadata, selector_labels
+from deepseek_operator.render.metadata import (
+    _metadata,
+    restricted_container_security,
+    selector_labels,
+)
 from deepseek_operator.render.workload import service_name
 
 # What a router pod requests when spec.router.resources says nothing (vllm-router is a Rust
@@ -150,13 +154,7 @@ def router_pod_template(
         "livenessProbe": _probe("/liveness", 6),
         # The root is read-only; a small /tmp for whatever the Python launcher may write.
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container_security(),
     }
     return {
         "metadata": {"labels": _router_metadata(serving, router_name(serving))["labels"]},
