@@ -1,8 +1,8 @@
-"""Narrow unit tests of controller parts: the discovery-backed resource table, the node tracker,
-the credential hook's throttle and the diff base kopf is given.
+"""Narrow unit tests of controller parts: the discovery-backed resource table, the credential
+hook's throttle and the diff base kopf is given (the node tracker's are in test_node_tracker.py).
 
 The real API server paths are exercised by tests/integration and tests/e2e; these pin down that a
-new kind needs no hand-written path and which Node events count as changes.
+new kind needs no hand-written path.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 import kopf
 import pytest
 
-from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.state import keep_out_of_gc
 from deepseek_operator.controller.wiring import NoDiffBase
 from deepseek_operator.kube.client import (
@@ -25,8 +24,6 @@ from deepseek_operator.kube.client import (
     KubeError,
     refusal,
 )
-from deepseek_operator.nodes.facts import fingerprint, node_facts
-from tests.unit.factories import agent_labels, node
 
 LWS_DISCOVERY = {
     "kind": "APIResourceList",
@@ -69,58 +66,6 @@ def test_core_group_and_unknown_kinds() -> None:
     assert kube.resource("v1", "Service").path("llm", "a") == "/api/v1/namespaces/llm/services/a"
     with pytest.raises(KubeError, match="ComputeDomain"):
         kube.resource("v1", "ComputeDomain")
-
-
-def test_node_tracker_reports_only_changes_the_decision_reads() -> None:
-    tracker = NodeTracker()
-    healthy = fingerprint(node_facts(node("gb0", agent=agent_labels())))
-    first = tracker.observe("gb0", healthy)
-    assert first is not None and first.before is None and first.after == healthy
-    # A GFD pass rewrites its timestamp label only: not a change.
-    heartbeat = node("gb0", agent=agent_labels(), labels={"nvidia.com/gfd.timestamp": "1"})
-    assert tracker.observe("gb0", fingerprint(node_facts(heartbeat))) is None
-    broken = fingerprint(node_facts(node("gb0", agent=agent_labels(fully_connected="false"))))
-    change = tracker.observe("gb0", broken)
-    assert change is not None and change.before == healthy and change.after == broken
-    gone = tracker.observe("gb0", None)
-    assert gone is not None and gone.after is None and len(tracker) == 0
-
-
-def test_node_change_affects_servings_whose_selector_matched_before_or_after() -> None:
-    tracker = NodeTracker()
-    before = fingerprint(node_facts(node("gb0", labels={"pool": "a"})))
-    after = fingerprint(node_facts(node("gb0", labels={"pool": "b"})))
-    tracker.observe("gb0", before)
-    change = tracker.observe("gb0", after)
-    assert change is not None
-    assert change.may_affect({"pool": "a"}) and change.may_affect({"pool": "b"})
-    assert not change.may_affect({"pool": "c"})
-
-
-def test_inventory_is_rebuilt_after_a_change_only() -> None:
-    tracker = NodeTracker()
-    facts = fingerprint(node_facts(node("gb0", agent=agent_labels())))
-    tracker.observe("gb0", facts)
-    first = tracker.inventory()
-    assert tracker.inventory() is first
-    changed = fingerprint(node_facts(node("gb0", agent=agent_labels(fully_connected="false"))))
-    tracker.observe("gb0", changed)
-    assert tracker.inventory().nodes == (changed,)
-    assert tracker.inventory_builds == 2
-
-
-def test_a_relisting_reports_nodes_added_changed_and_gone() -> None:
-    tracker = NodeTracker()
-    a = fingerprint(node_facts(node("a", labels={"pool": "x"})))
-    b = fingerprint(node_facts(node("b", labels={"pool": "x"})))
-    assert {c.after.name for c in tracker.replace_all({"a": a, "b": b}) if c.after} == {"a", "b"}
-    b2 = fingerprint(node_facts(node("b", labels={"pool": "y"})))
-    c = fingerprint(node_facts(node("c", labels={"pool": "y"})))
-    changes = tracker.replace_all({"b": b2, "c": c})
-    assert sorted((ch.before.name if ch.before else "", ch.after.name if ch.after else "")
-                  for ch in changes) == [("", "c"), ("a", ""), ("b", "b")]  # fmt: skip
-    assert tracker.replace_all({"b": b2, "c": c}) == []
-    assert [n.name for n in tracker.inventory().nodes] == ["b", "c"]
 
 
 def test_stores_keep_bodies_without_managed_fields_or_kopf_annotations() -> None:

@@ -399,9 +399,9 @@ def test_the_nodes_file_refuses_what_it_cannot_read(
 
 
 def test_the_node_tracker_merges_slices_into_their_nodes_facts() -> None:
-    from deepseek_operator.controller.node_tracker import NodeTracker
     from deepseek_operator.nodes.dra import slice_of
     from deepseek_operator.nodes.facts import facts_of
+    from deepseek_operator.nodes.tracker import NodeTracker
 
     tracker = NodeTracker()
     tracker.replace_all({"t0": facts_of(bare_node("t0")), "t1": facts_of(bare_node("t1"))})
@@ -425,9 +425,9 @@ def test_the_node_tracker_merges_slices_into_their_nodes_facts() -> None:
 
 
 def test_a_deleted_slice_is_a_change_of_its_node() -> None:
-    from deepseek_operator.controller.node_tracker import NodeTracker
     from deepseek_operator.nodes.dra import slice_of
     from deepseek_operator.nodes.facts import facts_of
+    from deepseek_operator.nodes.tracker import NodeTracker
 
     tracker = NodeTracker()
     tracker.replace_all({"t0": facts_of(bare_node("t0", {"pool": "p"}))})

@@ -238,9 +238,9 @@ def test_render_reads_claims_from_the_nodes_file_as_the_operator_does(
 
 
 def test_the_node_tracker_counts_what_claims_hold_and_releases_it() -> None:
-    from deepseek_operator.controller.node_tracker import NodeTracker
     from deepseek_operator.nodes.dra import slice_of
     from deepseek_operator.nodes.facts import facts_of
+    from deepseek_operator.nodes.tracker import NodeTracker
 
     nodes, slices = load_cluster_file(DRA_POOL)
     tracker = NodeTracker()

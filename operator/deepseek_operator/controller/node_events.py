@@ -1,5 +1,6 @@
-"""What a Node, ResourceSlice or ResourceClaim event makes of the operator's state: the node index updated, and
-the DeepSeekServings that may see the changed node re-decided (a mixin of
+"""What a Node, ResourceSlice or ResourceClaim event makes of the operator's state: the node index
+(the pure :class:`~deepseek_operator.nodes.tracker.NodeTracker`) updated, and the
+DeepSeekServings that may see the changed node re-decided (a mixin of
 :class:`~deepseek_operator.controller.state.OperatorState`, kept apart to keep each module small).
 """
 
@@ -9,10 +10,10 @@ import asyncio
 from typing import Any
 
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.node_tracker import NodeChange, NodeTracker
 from deepseek_operator.controller.records import Records, ServingKey
 from deepseek_operator.controller.watches import NODE_DEBOUNCE_S
 from deepseek_operator.nodes.facts import NodeFacts
+from deepseek_operator.nodes.tracker import NodeChange, NodeTracker
 
 
 class NodeEvents:

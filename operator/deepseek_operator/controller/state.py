@@ -2,10 +2,11 @@
 
 :class:`OperatorState` is kopf's ``memo``, passed to every handler: the API client, the
 reconciler, one record per DeepSeekServing (:mod:`.records`), the cache of children
-(:mod:`.cache`), the node index, the watches (declared in :mod:`.watches`) and the reconcile
-queue (:mod:`.queue`). A DeepSeekServing event (kopf's) keeps its latest body and, for a new
-object, a new generation or one first seen at start-up, reconciles it at once; resumes (every
-object at a restart) wait their turn, a few at a time, so a new object is acted on at once.
+(:mod:`.cache`), the node index (:mod:`deepseek_operator.nodes.tracker`), the watches (declared
+in :mod:`.watches`) and the reconcile queue (:mod:`.queue`). A DeepSeekServing event (kopf's)
+keeps its latest body and, for a new object, a new generation or one first seen at start-up,
+reconciles it at once; resumes (every object at a restart) wait their turn, a few at a time, so
+a new object is acted on at once.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from deepseek_operator.controller.cache import (
 )
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.node_events import NodeEvents
-from deepseek_operator.controller.node_tracker import NodeTracker
 from deepseek_operator.controller.pair_admission import PairAdmission
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.queue import ReconcileQueue
@@ -46,6 +46,7 @@ from deepseek_operator.kube.credentials import Credentials
 from deepseek_operator.kube.list_watch import ListWatch, WatchLoop
 from deepseek_operator.names import DEFAULT_FILL_IMAGE, DEFAULT_ROUTER_IMAGE
 from deepseek_operator.nodes.facts import NodeFacts
+from deepseek_operator.nodes.tracker import NodeTracker
 
 log = logging.getLogger("deepseek_operator.controller")
 

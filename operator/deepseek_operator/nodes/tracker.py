@@ -1,17 +1,18 @@
 """The operator's node index: each Node's facts as last seen, and the inventory built from them.
 
-:func:`~deepseek_operator.nodes.facts.facts_of` turns each Node into facts once, in the watch thread; the tracker receives one
-listing, then one event at a time (a Node watch, not a kopf index, whose initial listing costs
-O(nodes²): see :mod:`deepseek_operator.kube.list_watch`).
+Pure: the controller gathers the events (:mod:`deepseek_operator.controller.node_events`) and
+hands them here. :func:`~.facts.facts_of` turns each Node into facts once, in the watch thread;
+the tracker receives one listing, then one event at a time (a Node watch, not a kopf index,
+whose initial listing costs O(nodes²): see :mod:`deepseek_operator.kube.list_watch`).
 A Node event yields a :class:`NodeChange` only when something the decision reads changed (labels,
 taints, readiness, allocatable GPUs; never a heartbeat). Every event costs O(1): one dict lookup
 and one comparison; the sorted inventory is rebuilt lazily, at most once per batch of changes,
 when a reconcile asks for it (``inventory_builds`` counts them, for the regression test).
 
 ``gpu.nvidia.com`` ResourceSlices are kept beside the Nodes, as they change apart from them, and
-merged into the facts of their node when the inventory is built (``nodes/dra.py`` reads them).
+merged into the facts of their node when the inventory is built (:mod:`.dra` reads them).
 ResourceClaims that hold ``gpu.nvidia.com`` devices are kept the same way (reduced to those
-devices, ``nodes/claims.py``): a held device is not free for any serving but the claim's own.
+devices, :mod:`.claims`): a held device is not free for any serving but the claim's own.
 """
 
 from __future__ import annotations
