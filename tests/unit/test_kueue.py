@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from deepseek_operator.api.load import ServingObject, parse_serving
-from deepseek_operator.controller.kueue_watch import workload_record
 from deepseek_operator.controller.pair_admission import PairAdmission
+from deepseek_operator.controller.watches import api_seconds
 from deepseek_operator.engine.decision import resolve
 from deepseek_operator.engine.kueue import (
     PAIR_HOLD_S,
@@ -28,6 +28,7 @@ from deepseek_operator.engine.kueue import (
     pair_retries,
     wanted_replicas,
 )
+from deepseek_operator.engine.kueue_workload import WorkloadRecord, workload_record
 from deepseek_operator.errors import SpecError
 from deepseek_operator.names import KUEUE_QUEUE_LABEL
 from deepseek_operator.nodes.facts import build_inventory
@@ -155,17 +156,22 @@ def _workload(
     }
 
 
+def _record(workload: dict[str, Any]) -> WorkloadRecord | None:
+    """What the Workload watch keeps: the pure reducer, with the controller's time reader."""
+    return workload_record(workload, api_seconds)
+
+
 def test_workload_owners_name_the_serving_and_role() -> None:
-    lws = workload_record(_workload("w1", "LeaderWorkerSet", "pd-decode"))
+    lws = _record(_workload("w1", "LeaderWorkerSet", "pd-decode"))
     assert lws is not None and lws.owner == ("llm", "pd") and lws.facts.role == "decode"
-    pod = workload_record(_workload("w2", "Pod", "dsv41-7d9f8b6c5d-x2x4q"))
+    pod = _record(_workload("w2", "Pod", "dsv41-7d9f8b6c5d-x2x4q"))
     assert pod is not None and pod.owner == ("llm", "dsv41") and pod.facts.role == ""
-    assert workload_record(_workload("w3", "Job", "train")) is None
-    assert workload_record(_workload("w4", "Pod", "bare")) is None
+    assert _record(_workload("w3", "Job", "train")) is None
+    assert _record(_workload("w4", "Pod", "bare")) is None
 
 
 def test_pending_workload_says_kueues_message_and_ready_waits_for_quota() -> None:
-    record = workload_record(
+    record = _record(
         _workload(
             "w1",
             "LeaderWorkerSet",
@@ -339,7 +345,7 @@ def test_a_lone_holder_a_whole_pair_and_an_aggregated_serving_keep_their_quota()
 
 
 def test_workload_records_carry_when_quota_was_reserved() -> None:
-    record = workload_record(
+    record = _record(
         {
             "metadata": {
                 "name": "w",
@@ -372,7 +378,7 @@ def test_admission_check_records_keep_only_the_operators() -> None:
     assert admission_check_record(active) == ("pd-pair", True)
     other = {"metadata": {"name": "prov"}, "spec": {"controllerName": "kueue.x-k8s.io/prov"}}
     assert admission_check_record(other) is None
-    record = workload_record(_workload("w", "LeaderWorkerSet", "pd-prefill"))
+    record = _record(_workload("w", "LeaderWorkerSet", "pd-prefill"))
     assert record is not None and record.facts.checks == ()
 
 

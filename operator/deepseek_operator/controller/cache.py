@@ -4,7 +4,8 @@
 Our children (by our instance label), the StatefulSets LeaderWorkerSet makes (by LWS's name
 label), our LWS pods and Kueue's Workloads (by the owner their reducer read) are all entries of
 it, keyed by (kind, namespace/name). What a watch keeps of each object is decided by the pure
-reducers (:mod:`deepseek_operator.actions.children`, :mod:`.kueue_watch`); nothing else is held.
+reducers (:mod:`deepseek_operator.actions.children`,
+:mod:`deepseek_operator.engine.kueue_workload`); nothing else is held.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ What an event asks for (:class:`Asks`):
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import functools
 from collections.abc import Callable
@@ -43,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from deepseek_operator.actions.children import kept, pod_record, reduced_child, reduced_statefulset
 from deepseek_operator.controller.discovery import CD_CRD, IP_CRD, KUEUE_CRD, LWS_CRD
-from deepseek_operator.controller.kueue_watch import workload_record
 from deepseek_operator.engine.kueue import admission_check_record
+from deepseek_operator.engine.kueue_workload import workload_record
 from deepseek_operator.kube.client import group_version_prefix
 from deepseek_operator.names import (
     API_VERSION,
@@ -95,6 +96,15 @@ class Asks(enum.Enum):
 
 def _identity(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
+
+
+def api_seconds(timestamp: Any) -> float:
+    """An API timestamp (RFC 3339, UTC) in seconds since the epoch; 0 when absent or unreadable
+    (the Workload reducer's times: the pure core imports no datetime)."""
+    try:
+        return dt.datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -177,7 +187,7 @@ WATCHES: tuple[Watch, ...] = (
         "Workload",
         KUEUE_API_VERSION,
         "workloads",
-        workload_record,
+        functools.partial(workload_record, seconds=api_seconds),
         Asks.ADMISSION,
         crd=KUEUE_CRD,
     ),

@@ -1,4 +1,4 @@
-"""Kueue's Workloads → the serving and role they admit → :class:`WorkloadFacts`, for the status.
+"""Kueue's Workloads → the serving and role they admit → :class:`~.kueue.WorkloadFacts`, for the status.
 
 With ``spec.queueName`` Kueue makes one Workload per replica: for a LeaderWorkerSet group one
 Workload owned by the LeaderWorkerSet, for a Deployment's pod one Workload owned by the pod. The
@@ -8,15 +8,18 @@ ReplicaSet (``<deployment>-<pod-template-hash>-<suffix>``) of such a Deployment.
 never end in a role's suffix (admission refuses it), so the name alone tells serving and role.
 
 Only what the Admitted condition and the pair's admission check need is kept (name, role, Kueue's
-conditions in a few words, the admission checks' states), as an entry of the one owner index
-(:mod:`.cache`); a change asks for a *status* reconcile of the serving, as pod events do:
-admission never rewrites the workload.
+conditions in a few words, the admission checks' states, two times), as an entry of the
+controller's one owner index (:mod:`deepseek_operator.controller.cache`); a change asks for a
+*status* reconcile of the serving, as pod events do: admission never rewrites the workload.
+
+Pure: the controller's Workload watch reduces each object with :func:`workload_record`, passing
+the reader of API times (``seconds``): it parses them with :mod:`datetime`, which the pure core
+does not import, and reads a time without an offset in the process's local zone.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +65,12 @@ def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
     return {}
 
 
-def workload_record(workload: Mapping[str, Any]) -> WorkloadRecord | None:
-    """The record of one Workload; None for one no Deployment or LeaderWorkerSet owns."""
+def workload_record(
+    workload: Mapping[str, Any], seconds: Callable[[Any], float]
+) -> WorkloadRecord | None:
+    """The record of one Workload; None for one no Deployment or LeaderWorkerSet owns.
+
+    ``seconds``: an API timestamp in seconds since the epoch (0 when absent or unreadable)."""
     meta = workload.get("metadata") or {}
     owned = next(
         (w for ref in meta.get("ownerReferences") or [] if (w := _owner_workload(ref))), None
@@ -93,19 +100,11 @@ def workload_record(workload: Mapping[str, Any]) -> WorkloadRecord | None:
                 for c in status.get("admissionChecks") or []
                 if isinstance(c, Mapping)
             ),
-            created_at=_seconds(meta.get("creationTimestamp")),
+            created_at=seconds(meta.get("creationTimestamp")),
             reserved_at=(
-                _seconds(reserved.get("lastTransitionTime"))
+                seconds(reserved.get("lastTransitionTime"))
                 if reserved.get("status") == "True"
                 else 0.0
             ),
         ),
     )
-
-
-def _seconds(timestamp: Any) -> float:
-    """An API timestamp (RFC 3339, UTC) in seconds since the epoch; 0 when absent or unreadable."""
-    try:
-        return dt.datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
