@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 from deepseek_operator.api.load import ServingObject
 from deepseek_operator.api.status import WeightsStatus
@@ -28,7 +26,13 @@ from deepseek_operator.render.fill_job import (
     render_fill_job,
     serving_fill_job_name,
 )
-from deepseek_operator.render.fill_progress import LOG_TAIL_LINES, FillObserved, FillPod
+from deepseek_operator.render.fill_progress import (
+    LOG_TAIL_LINES,
+    FillObserved,
+    FillPod,
+    fill_pod,
+    job_condition,
+)
 from deepseek_operator.render.weights import WeightsState, weights_state
 
 log = logging.getLogger("deepseek_operator.controller")
@@ -39,26 +43,6 @@ POLL_WAITING_S = 15.0
 """Seconds between two looks at a fill that waits for the user (a claim, a failed Job deleted)."""
 
 _JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
-
-
-def _pod_fact(pod: Mapping[str, Any]) -> FillPod:
-    """The name, phase and the fill container's terminated exit code and message of ``pod``."""
-    status = pod.get("status") or {}
-    exit_code: int | None = None
-    message = ""
-    for container in status.get("containerStatuses") or []:
-        if container.get("name") != FILL_CONTAINER:
-            continue
-        terminated = (container.get("state") or {}).get("terminated") or {}
-        if "exitCode" in terminated:
-            exit_code = int(terminated["exitCode"])
-            message = str(terminated.get("message") or "")
-    return FillPod(
-        name=str((pod.get("metadata") or {}).get("name") or ""),
-        phase=str(status.get("phase") or ""),
-        exit_code=exit_code,
-        message=message,
-    )
 
 
 async def observe_fill(
@@ -78,10 +62,7 @@ async def observe_fill(
     job = await kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{job_name}")
     if job is None:
         return FillObserved(claim_found=True, claim_request=request)
-    complete = any(
-        c.get("type") == "Complete" and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or []
-    )
+    complete = job_condition(job, "Complete") is not None
     if complete and previous is not None and previous.job == job_name and previous.bytes_total:
         return FillObserved(claim_found=True, claim_request=request, job=job)
     uid = str((job.get("metadata") or {}).get("uid") or "")
@@ -95,7 +76,7 @@ async def observe_fill(
             str((p.get("metadata") or {}).get("name") or ""),
         ),
     )
-    facts = [_pod_fact(p) for p in pods]
+    facts = [fill_pod(p) for p in pods]
     newest = facts[-1] if facts else None
     failed = next((f for f in reversed(facts) if f.exit_code not in (None, 0)), None)
     if newest is not None and newest.phase in ("Running", "Succeeded"):

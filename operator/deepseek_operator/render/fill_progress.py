@@ -18,7 +18,7 @@ from typing import Any
 
 from deepseek_operator.api import status as S
 from deepseek_operator.catalog.gpu_memory import GIB
-from deepseek_operator.names import FILL_EXIT_CODES
+from deepseek_operator.names import FILL_CONTAINER, FILL_EXIT_CODES
 
 LOG_TAIL_LINES = 20
 """Log lines the controller reads from a running fill pod (the last progress line is among them:
@@ -35,6 +35,27 @@ class FillPod:
     exit_code: int | None = None  # the fill container's terminated.exitCode
     message: str = ""  # its terminated.message (the command's one line)
     log_tail: str = ""  # the last LOG_TAIL_LINES lines of its log (running pods only)
+
+
+def fill_pod(pod: Mapping[str, Any]) -> FillPod:
+    """What the controller keeps of a fill pod: its name, phase and the fill container's
+    terminated exit code and message."""
+    status = pod.get("status") or {}
+    exit_code: int | None = None
+    message = ""
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") != FILL_CONTAINER:
+            continue
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if "exitCode" in terminated:
+            exit_code = int(terminated["exitCode"])
+            message = str(terminated.get("message") or "")
+    return FillPod(
+        name=str((pod.get("metadata") or {}).get("name") or ""),
+        phase=str(status.get("phase") or ""),
+        exit_code=exit_code,
+        message=message,
+    )
 
 
 @dataclass(frozen=True)
