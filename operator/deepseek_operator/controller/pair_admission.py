@@ -16,12 +16,12 @@ by name, ``status.conditions`` by type), so Kueue's own entries are left as they
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from deepseek_operator.controller.weights import utc_now
 from deepseek_operator.engine.kueue import (
     PAIR_HOLD_S,
     CheckRecord,
@@ -40,10 +40,6 @@ from deepseek_operator.names import (
 log = logging.getLogger(__name__)
 
 ServingKey = tuple[str, str]
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class PairAdmission:
@@ -145,7 +141,7 @@ class PairAdmission:
                     "status": "True",
                     "reason": "Active",
                     "message": "the deepseek-operator admits prefill/decode pairs whole",
-                    "lastTransitionTime": _now(),
+                    "lastTransitionTime": utc_now(),
                 }
             ]
         }
@@ -156,7 +152,7 @@ class PairAdmission:
             "name": update.check,
             "state": update.state,
             "message": update.message,
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": utc_now(),
         }
         status = {"admissionChecks": [entry]}
         await self._apply_status(KUEUE_WORKLOAD_KIND, namespace, update.workload, status)
