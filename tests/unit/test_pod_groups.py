@@ -10,8 +10,8 @@ import yaml
 
 from deepseek_operator import names
 from deepseek_operator.actions.children import pod_groups, pod_record
+from deepseek_operator.actions.owned import POD, OwnedIndex
 from deepseek_operator.api.load import parse_serving
-from deepseek_operator.controller.cache import POD, OwnedIndex
 from deepseek_operator.controller.watches import POD_SELECTOR
 from deepseek_operator.nodes.facts import build_inventory
 from deepseek_operator.plan import Observed, PodSeen, plan

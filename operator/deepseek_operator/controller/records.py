@@ -6,8 +6,8 @@ apply responses the watch has not delivered yet, applies on their way), the Fail
 read for its StatefulSets and the back-off count live on one :class:`ServingRecord`; the parsed
 specs of the objects reconciled last beside them (:class:`Records`, bounded). Forgetting a
 deleted object drops both, and a test can count what is left. (What the *cluster* holds,
-children, pods and Workloads, is mirrored by the owner index, :mod:`.cache`, and leaves with
-the objects themselves.)
+children, pods and Workloads, is mirrored by the owner index,
+:mod:`deepseek_operator.actions.owned`, and leaves with the objects themselves.)
 """
 
 from __future__ import annotations

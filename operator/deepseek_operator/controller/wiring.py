@@ -14,9 +14,8 @@ from typing import Any
 
 import kopf
 
-from deepseek_operator.controller.cache import keep_out_of_gc
 from deepseek_operator.controller.discovery import ADDON_CRDS
-from deepseek_operator.controller.state import OperatorState
+from deepseek_operator.controller.state import OperatorState, keep_out_of_gc
 from deepseek_operator.controller.watches import NODE_DEBOUNCE_S, WATCHES, Asks
 
 # kopf peering: a peer whose heartbeat is older than this is dead, so a standby operator takes

@@ -1,4 +1,4 @@
-"""Kueue's Workloads → the serving and role they admit → :class:`~.kueue.WorkloadFacts`, for the status.
+"""Kueue's Workloads → the serving and role they admit → :class:`WorkloadFacts`, for the status.
 
 With ``spec.queueName`` Kueue makes one Workload per replica: for a LeaderWorkerSet group one
 Workload owned by the LeaderWorkerSet, for a Deployment's pod one Workload owned by the pod. The
@@ -8,9 +8,9 @@ ReplicaSet (``<deployment>-<pod-template-hash>-<suffix>``) of such a Deployment.
 never end in a role's suffix (admission refuses it), so the name alone tells serving and role.
 
 Only what the Admitted condition and the pair's admission check need is kept (name, role, Kueue's
-conditions in a few words, the admission checks' states, two times), as an entry of the
-controller's one owner index (:mod:`deepseek_operator.controller.cache`); a change asks for a
-*status* reconcile of the serving, as pod events do: admission never rewrites the workload.
+conditions in a few words, the admission checks' states, two times), as an entry of the one
+owner index (:mod:`deepseek_operator.actions.owned`); a change asks for a *status* reconcile of
+the serving, as pod events do: admission never rewrites the workload.
 
 Pure: the controller's Workload watch reduces each object with :func:`workload_record`, passing
 the reader of API times (``seconds``): it parses them with :mod:`datetime`, which the pure core

@@ -1,23 +1,22 @@
 """What the operator keeps of the cluster's objects that belong to a DeepSeekServing: one
-:class:`OwnedIndex`, fed by the watches.
+:class:`OwnedIndex`, fed by the controller's watches (pure: no I/O, no clock).
 
 Our children (by our instance label), the StatefulSets LeaderWorkerSet makes (by LWS's name
 label), our LWS pods and Kueue's Workloads (by the owner their reducer read) are all entries of
 it, keyed by (kind, namespace/name). What a watch keeps of each object is decided by the pure
-reducers (:mod:`deepseek_operator.actions.children`,
-:mod:`deepseek_operator.engine.kueue_workload`); nothing else is held.
+reducers (:mod:`.children`, :mod:`deepseek_operator.engine.kueue_workload`); nothing else is
+held. Each change says which owners it touched: the controller reconciles those.
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from deepseek_operator.controller.records import ServingKey
 from deepseek_operator.names import LABEL_INSTANCE, LWS_NAME_LABEL
 from deepseek_operator.plan import ChildKey
 
+ServingKey = tuple[str, str]  # (namespace, DeepSeekServing name)
 OwnedKey = tuple[str, str]  # (kind, namespace/name)
 # Kinds watched but never written: the rest of the index is our children.
 STATEFULSET, POD, WORKLOAD = "StatefulSet", "Pod", "Workload"
@@ -96,14 +95,3 @@ def owner_of(kind: str, key: str, value: Any) -> ServingKey | None:
 def within(namespace: str | None, key: str) -> bool:
     """Whether ``namespace/name`` is in a listing of ``namespace`` (None: every namespace)."""
     return namespace is None or key.partition("/")[0] == namespace
-
-
-def keep_out_of_gc() -> None:
-    """Exempt every object alive now (modules, the Node index, a listing's children) from the
-    cyclic garbage collector's future passes.
-
-    At 10,000 Nodes a full collection walked the whole index with the event loop stopped:
-    35-75 ms each, several a second while the heap grew and more while objects were reconciled
-    (5-10 ms once the index is frozen). Frozen objects are still freed by reference counting
-    when they are dropped."""
-    gc.freeze()
