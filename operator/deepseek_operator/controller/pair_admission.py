@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from deepseek_operator.controller.records import ServingKey
 from deepseek_operator.controller.weights import utc_now
 from deepseek_operator.engine.kueue import (
     PAIR_HOLD_S,
@@ -38,8 +39,6 @@ from deepseek_operator.names import (
 )
 
 log = logging.getLogger(__name__)
-
-ServingKey = tuple[str, str]
 
 
 class PairAdmission:
