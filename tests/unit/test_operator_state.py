@@ -84,6 +84,53 @@ def test_a_standby_forgets_what_it_skipped_so_a_takeover_reconciles_it() -> None
     assert asked == ["resume"]
 
 
+def test_resumes_run_a_few_at_a_time_and_a_new_object_does_not_wait_behind_them() -> None:
+    """kopf's start-up listing queues every resume (its handler returns at once, so kopf's worker
+    does not hold the body while the resume waits); at most RESUME_CONCURRENCY run together and a
+    create is reconciled while the rest wait."""
+    from deepseek_operator.controller import wiring
+    from deepseek_operator.controller.state import RESUME_CONCURRENCY
+
+    running: list[str] = []
+    peak: list[int] = [0]
+    order: list[str] = []
+
+    async def scenario() -> None:
+        state = OperatorState()
+        release = asyncio.Event()
+
+        async def record(key: Any, trigger: str, status_only: bool = False) -> None:
+            running.append(key[1])
+            peak[0] = max(peak[0], len(running))
+            order.append(f"{trigger}:{key[1]}")
+            if trigger == "resume":
+                await release.wait()
+            running.remove(key[1])
+
+        state.reconcile = record  # type: ignore[method-assign]
+        for i in range(10):
+            body = _body(uid=f"uid-{i}")
+            body["metadata"]["name"] = f"r{i}"
+            # Returns at once (an awaited resume would hold kopf's worker: a timeout here).
+            await asyncio.wait_for(wiring.serving_event(type=None, body=body, memo=state), 1.0)
+        await asyncio.sleep(0.05)
+        assert len(running) == RESUME_CONCURRENCY  # the others wait their turn
+        new = _body(uid="uid-new")
+        new["metadata"]["name"] = "new"
+        await asyncio.wait_for(wiring.serving_event(type="ADDED", body=new, memo=state), 1.0)
+        await asyncio.sleep(0.05)
+        assert "create:new" in order  # not behind the six resumes still waiting
+        release.set()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
+    assert peak[0] == RESUME_CONCURRENCY + 1  # four resumes and the create
+    assert sorted(o for o in order if o.startswith("resume")) == sorted(
+        f"resume:r{i}" for i in range(10)
+    )
+    assert running == []
+
+
 def _scheduled(*asks: tuple[float, str, bool], wait: float = 0.5) -> list[tuple[str, bool]]:
     """Schedule ``asks`` (delay, trigger, status_only) at once; the reconciles that ran."""
     ran: list[tuple[str, bool]] = []

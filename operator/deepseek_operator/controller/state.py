@@ -46,6 +46,7 @@ log = logging.getLogger("deepseek_operator.controller")
 
 # Resume reconciles running at once (a restart resumes every object).
 RESUME_CONCURRENCY = 4
+RESUME_TRIGGER = "resume"
 
 
 def _post_event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
@@ -290,7 +291,7 @@ class OperatorState(NodeEvents):
             return None
         rec.handled = seen
         if type_ is None:
-            return "resume"
+            return RESUME_TRIGGER
         return "update" if before is not None and before[0] == uid else "create"
 
     async def reconcile(
@@ -321,7 +322,16 @@ class OperatorState(NodeEvents):
         """Reconcile ``key`` now and schedule what its outcome asks for (a retry after an error
         or a refusal, a recheck, another look at children that changed while we wrote them).
 
-        Never raises: a failure is one log line (no traceback) and a retry."""
+        Never raises: a failure is one log line (no traceback) and a retry. Resumes (every
+        object at a restart) run :data:`RESUME_CONCURRENCY` at a time, so an object created
+        meanwhile does not wait behind them all."""
+        if trigger == RESUME_TRIGGER:
+            async with self.resumes:
+                await self._run_reconcile(key, trigger, status_only)
+        else:
+            await self._run_reconcile(key, trigger, status_only)
+
+    async def _run_reconcile(self, key: ServingKey, trigger: str, status_only: bool) -> None:
         if not self.peering.active():
             # A standby: kopf paused this instance, another one acts. Should this one take
             # over, the object's next event or listing must be reconciled, not taken as seen.

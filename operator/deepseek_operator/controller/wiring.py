@@ -73,22 +73,17 @@ async def stop_watching(memo: OperatorState, **_: Any) -> None:
 
 
 async def serving_event(type: str | None, body: kopf.Body, memo: OperatorState, **_: Any) -> None:
-    """Every event of a DeepSeekServing: keep its latest body and, for a new object or a new
-    generation, queue a reconcile due now; one first seen at start-up is reconciled here, a
-    few at a time (resumes)."""
+    """Every event of a DeepSeekServing: keep its latest body and, for a new object, a new
+    generation or one first seen at start-up (a resume), queue a reconcile due now."""
     trigger = memo.serving_seen(type, body)
     if trigger is None:
         return
     meta = body.get("metadata") or {}
     key = (str(meta.get("namespace")), str(meta.get("name")))
-    if trigger == "resume":
-        async with memo.resumes:
-            await memo.run_reconcile(key, trigger)
-    else:
-        # Queued, not awaited: kopf's worker for the object (and the event body it holds) ends
-        # now, not after the reconcile's child writes; in a burst of creates that is one body
-        # per object in flight.
-        memo.schedule(key, delay=0.0, trigger=trigger)
+    # Queued, not awaited: kopf's worker for the object (and the event body it holds) ends
+    # now, not after the reconcile; in a burst of creates, or a restart's 1,000 resumes waiting
+    # their turn, that would be one whole body per object.
+    memo.schedule(key, delay=0.0, trigger=trigger)
 
 
 async def addon_crd_changed(
