@@ -25,6 +25,9 @@ PEERING_LIFETIME_S = 8
 # body) after the object's last event. Our handler only queues a reconcile, so a worker is cheap
 # to start again; kopf's default of 5 s kept hundreds of bodies alive in a burst of creates.
 KOPF_WORKER_IDLE_S = 0.5
+# kopf lists DeepSeekServings in pages of this many (its default is one response for all: at a
+# restart with 1,000 of them, every body parsed at once beside the Node and child listings).
+KOPF_LIST_CHUNK = 100
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -55,6 +58,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
     settings.queueing.idle_timeout = KOPF_WORKER_IDLE_S
+    settings.watching.chunk_size = KOPF_LIST_CHUNK
     settings.persistence.diffbase_storage = NoDiffBase()
     keep_out_of_gc()  # everything imported and configured so far lives as long as the process
     memo.start_watches()
