@@ -88,8 +88,9 @@ class WatchLoop:
         self.kube = kube
         self.loop = asyncio.new_event_loop()
         self._session: Any = None
-        # One LIST page at a time, whichever watch asks: at start-up every watch lists at once,
-        # and a page of 500 objects is ~15 MB as Python objects until it is converted.
+        # One LIST page read and converted at a time, whichever watch asks: at start-up every
+        # watch lists at once, and a page of 500 objects is ~15 MB as Python objects until it
+        # is converted.
         self.pages = asyncio.Semaphore(1)
         self._thread = threading.Thread(target=self.loop.run_forever, name="watches", daemon=True)
         self._thread.start()
@@ -248,18 +249,19 @@ class ListWatch(Generic[T]):
             query = [*self._query(), ("limit", str(PAGE_SIZE))]
             if token:
                 query.append(("continue", token))
-            async with self.watches.pages:
-                try:
-                    response = await self.watches.get(
-                        self.path, query, aiohttp.ClientTimeout(total=60), "list"
-                    )
-                except NotServed:
-                    log.info(
-                        "Not served or not allowed; asking again later", extra={"watch": self.name}
-                    )
-                    raise
-                async with response:
-                    page = json.loads(await response.read())
+            try:
+                response = await self.watches.get(
+                    self.path, query, aiohttp.ClientTimeout(total=60), "list"
+                )
+            except NotServed:
+                log.info(
+                    "Not served or not allowed; asking again later", extra={"watch": self.name}
+                )
+                raise
+            # Waiting for an answer holds no slot, only reading and converting its body does;
+            # until then a response waits in its socket (aiohttp reads ahead only ~128 KiB).
+            async with response, self.watches.pages:
+                page = json.loads(await response.read())
                 for obj in page.get("items") or []:
                     snapshot[object_key(obj)] = self.convert(obj)
                 meta = page.get("metadata") or {}
