@@ -72,10 +72,9 @@ def test_an_object_without_a_record_has_nothing_to_reconcile() -> None:
     assert asyncio.run(scenario()) == 0
 
 
-def test_no_controller_module_is_over_400_lines_and_the_kopf_wiring_under_200() -> None:
-    sizes = {p.name: len(p.read_text().splitlines()) for p in CONTROLLER.glob("*.py")}
-    assert max(sizes.values()) <= 400, sizes
-    assert sizes["wiring.py"] < 200
+def test_the_kopf_wiring_is_under_200_lines() -> None:
+    # (No module of the package is over 400 lines: tests/unit/test_layers.py.)
+    assert len((CONTROLLER / "wiring.py").read_text().splitlines()) < 200
 
 
 def test_handlers_are_registered_on_an_explicit_registry_not_on_import() -> None:

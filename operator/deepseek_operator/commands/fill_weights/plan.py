@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from deepseek_operator.catalog.gpu_memory import GIB
 from deepseek_operator.names import FILL_EXIT_CODES
 
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
@@ -161,10 +162,9 @@ def git_blob_hasher(size: int) -> hashlib._Hash:
 
 def space_message(free: int, remaining: int, path: str) -> str:
     """The one line of a volume too small: both figures, in bytes and GiB."""
-    gib = 1024**3
     return (
-        f"{path} has {free} bytes free ({free / gib:.2f} GiB) but the checkpoint needs "
-        f"{remaining} more bytes ({remaining / gib:.2f} GiB): give the volume at least "
+        f"{path} has {free} bytes free ({free / GIB:.2f} GiB) but the checkpoint needs "
+        f"{remaining} more bytes ({remaining / GIB:.2f} GiB): give the volume at least "
         f"{remaining - free} more bytes"
     )
 
