@@ -86,7 +86,8 @@ def instrument(spans_path: Path) -> None:
     """Wrap the steps of a reconcile with timing spans; dump them to *spans_path* at exit."""
     from kopf._core.reactor import processing
 
-    from deepseek_operator.controller import discovery, kube, reconcile, records, state
+    from deepseek_operator.controller import discovery, reconcile, records, state
+    from deepseek_operator.kube import client as kube
 
     def event_key(*_: Any, raw_event: Any = None, **__: Any) -> tuple[str, str]:
         obj = (raw_event or {}).get("object") or {}
