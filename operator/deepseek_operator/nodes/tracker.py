@@ -19,11 +19,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from deepseek_operator.nodes.claims import held_devices
 from deepseek_operator.nodes.dra import read_slices, slice_node, with_claims
 from deepseek_operator.nodes.facts import NodeFacts, NodeInventory, with_dra
+
+_V = TypeVar("_V", NodeFacts, dict[str, Any])
+
+
+def _put(store: dict[str, _V], key: str, item: _V | None) -> tuple[bool, _V | None]:
+    """Record ``item`` under ``key`` in ``store`` (None: drop it); whether anything changed,
+    and what was there before."""
+    before = store.get(key)
+    if item is None:
+        if before is None:
+            return False, None
+        del store[key]
+    elif before == item:
+        return False, before
+    else:
+        store[key] = item
+    return True, before
 
 
 def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -60,15 +77,9 @@ class NodeTracker:
 
     def observe(self, name: str, facts: NodeFacts | None) -> NodeChange | None:
         """Record a Node's current facts (None once deleted); the change, or None if nothing did."""
-        before = self._facts.get(name)
-        if facts is None:
-            if before is None:
-                return None
-            del self._facts[name]
-        elif before == facts:
+        changed, before = _put(self._facts, name, facts)
+        if not changed:
             return None
-        else:
-            self._facts[name] = facts
         self._inventory = None
         return NodeChange(before, facts)
 
@@ -90,15 +101,9 @@ class NodeTracker:
     def observe_slice(self, name: str, item: dict[str, Any] | None) -> list[NodeChange]:
         """Record a ResourceSlice (None once deleted, or not a GPU slice); a change of the node
         it names (before or after), so the DeepSeekServings that may see that node re-decide."""
-        before = self._slices.get(name)
-        if item is None:
-            if before is None:
-                return []
-            del self._slices[name]
-        elif before == item:
+        changed, before = _put(self._slices, name, item)
+        if not changed:
             return []
-        else:
-            self._slices[name] = item
         self._inventory = self._pool_nodes = None
         return self._node_changes({slice_node(before), slice_node(item)})
 
@@ -115,15 +120,9 @@ class NodeTracker:
     def observe_claim(self, key: str, item: dict[str, Any] | None) -> list[NodeChange]:
         """Record a ResourceClaim (None once deleted, or holding no GPU device); a change of the
         nodes whose devices it holds (before or after)."""
-        before = self._claims.get(key)
-        if item is None:
-            if before is None:
-                return []
-            del self._claims[key]
-        elif before == item:
+        changed, before = _put(self._claims, key, item)
+        if not changed:
             return []
-        else:
-            self._claims[key] = item
         self._inventory = None
         return self._node_changes(self._claim_nodes([before, item]))
 
