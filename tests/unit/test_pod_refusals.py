@@ -36,8 +36,10 @@ class FakeEvents:
         return [self.message] if self.message is not None else []
 
 
-def _read(refusals: StatefulSetRefusals, *sts: dict[str, Any]) -> tuple[tuple[str, ...], Any]:
-    memo = refusals.memo  # type: ignore[attr-defined]  # one per serving, as its record keeps
+def _read(
+    refusals: StatefulSetRefusals, memo: pod_refusals.Memo, *sts: dict[str, Any]
+) -> tuple[tuple[str, ...], Any]:
+    """``refusals.read`` with ``memo`` (one per serving, as its record keeps it)."""
     return asyncio.run(refusals.read("ns", sts, None, memo))
 
 
@@ -50,11 +52,11 @@ def test_missing_pods_counts_only_an_observed_spec() -> None:
 def test_a_refusal_is_read_once_per_resource_version_and_clears_with_the_pods() -> None:
     fake = FakeEvents(REFUSED)
     refusals = StatefulSetRefusals(fake)  # type: ignore[arg-type]
-    refusals.memo = {}  # type: ignore[attr-defined]
-    assert _read(refusals, _sts(2, 0)) == ((f"StatefulSet/d: FailedCreate: {REFUSED}",), None)
-    assert _read(refusals, _sts(2, 0)) == ((f"StatefulSet/d: FailedCreate: {REFUSED}",), None)
+    memo: pod_refusals.Memo = {}
+    assert _read(refusals, memo, _sts(2, 0)) == ((f"StatefulSet/d: FailedCreate: {REFUSED}",), None)
+    assert _read(refusals, memo, _sts(2, 0)) == ((f"StatefulSet/d: FailedCreate: {REFUSED}",), None)
     assert fake.reads == 1
-    assert _read(refusals, _sts(2, 2, rv="2")) == ((), None)  # the pods were created
+    assert _read(refusals, memo, _sts(2, 2, rv="2")) == ((), None)  # the pods were created
     assert fake.reads == 1
 
 
@@ -64,14 +66,16 @@ def test_missing_pods_without_an_event_are_looked_at_again_a_bounded_number_of_t
     monkeypatch.setattr(pod_refusals, "RECHECK_S", 0.0)
     fake = FakeEvents(None)
     refusals = StatefulSetRefusals(fake)  # type: ignore[arg-type]
-    refusals.memo = {}  # type: ignore[attr-defined]
+    memo: pod_refusals.Memo = {}
     for _ in range(RECHECKS - 1):
-        assert _read(refusals, _sts(2, 0)) == ((), 0.0)
-    assert _read(refusals, _sts(2, 0)) == ((), None)
-    assert _read(refusals, _sts(2, 0)) == ((), None)
+        assert _read(refusals, memo, _sts(2, 0)) == ((), 0.0)
+    assert _read(refusals, memo, _sts(2, 0)) == ((), None)
+    assert _read(refusals, memo, _sts(2, 0)) == ((), None)
     assert fake.reads == RECHECKS
     fake.message = REFUSED  # a new resourceVersion reads again
-    assert _read(refusals, _sts(2, 1, rv="2"))[0] == (f"StatefulSet/d: FailedCreate: {REFUSED}",)
+    assert _read(refusals, memo, _sts(2, 1, rv="2"))[0] == (
+        f"StatefulSet/d: FailedCreate: {REFUSED}",
+    )
 
 
 QUOTA = (

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from deepseek_operator.actions.owned import ServingKey
 from deepseek_operator.controller import metrics
-from deepseek_operator.controller.records import Records, ServingKey
+from deepseek_operator.controller.records import Records
 from deepseek_operator.controller.watches import NODE_DEBOUNCE_S
 from deepseek_operator.nodes.facts import NodeFacts
 from deepseek_operator.nodes.tracker import NodeChange, NodeTracker

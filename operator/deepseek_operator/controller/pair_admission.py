@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from deepseek_operator.controller.records import ServingKey
+from deepseek_operator.actions.owned import ServingKey
 from deepseek_operator.controller.weights import utc_now
 from deepseek_operator.engine.kueue import (
     PAIR_HOLD_S,

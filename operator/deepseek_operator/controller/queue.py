@@ -15,7 +15,8 @@ import contextvars
 from collections.abc import Awaitable, Callable, Iterable
 
 from deepseek_operator.actions import BACKOFF_TRIGGER, RECHECK_TRIGGER, FollowUp
-from deepseek_operator.controller.records import PendingReconcile, Records, ServingKey
+from deepseek_operator.actions.owned import ServingKey
+from deepseek_operator.controller.records import PendingReconcile, Records
 
 # A failed scheduled reconcile may see no watch event again (e.g. a new CRD whose REST path
 # discovery did not list yet): it is tried again after this long, as kopf does for handlers.

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepseek_operator.actions.children import pack_body, unpack_body
+from deepseek_operator.actions.owned import ServingKey
 from deepseek_operator.api.load import ServingObject, parse_serving
+from deepseek_operator.controller.pod_refusals import Memo
 from deepseek_operator.plan import ChildKey
 from deepseek_operator.recent import RecentMemory
 
-ServingKey = tuple[str, str]  # (namespace, name)
 # uids of deleted DeepSeekServings remembered, so stale index entries never come back to life.
 GONE_MEMORY = 10_000
 # Parsed specs kept for the objects reconciled most recently: a burst's re-reconciles (child
@@ -93,7 +94,7 @@ class ServingRecord:
     failures: int = 0  # consecutive blocked reconciles (the back-off's step)
     # Per LeaderWorkerSet or StatefulSet of it (uid): the FailedCreate Event read at its
     # version, so one Event LIST serves every reconcile until it changes (:mod:`.pod_refusals`).
-    refusals: dict[str, tuple[str, int, str | None, float]] = field(default_factory=dict)
+    refusals: Memo = field(default_factory=dict)
 
     def freshest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """``body`` with the status we last wrote, if the watch has not delivered it yet."""

@@ -24,7 +24,15 @@ import kopf
 
 from deepseek_operator.actions import CHILD_DEBOUNCE_S, follow_ups
 from deepseek_operator.actions.children import kept, pod_groups
-from deepseek_operator.actions.owned import POD, STATEFULSET, WORKLOAD, OwnedIndex, owner_of, within
+from deepseek_operator.actions.owned import (
+    POD,
+    STATEFULSET,
+    WORKLOAD,
+    OwnedIndex,
+    ServingKey,
+    owner_of,
+    within,
+)
 from deepseek_operator.controller import metrics
 from deepseek_operator.controller.discovery import ClusterApiProbe
 from deepseek_operator.controller.node_events import NodeEvents
@@ -32,7 +40,7 @@ from deepseek_operator.controller.pair_admission import PairAdmission
 from deepseek_operator.controller.peering_gate import PeeringGate
 from deepseek_operator.controller.queue import ReconcileQueue
 from deepseek_operator.controller.reconcile import Outcome, Reconciler
-from deepseek_operator.controller.records import KeptBody, Records, ServingKey
+from deepseek_operator.controller.records import KeptBody, Records
 from deepseek_operator.controller.watches import LIST_WATCHES, POD_DEBOUNCE_S, Asks, callbacks
 from deepseek_operator.engine.kueue import WorkloadFacts, workloads_by_role
 from deepseek_operator.kube.client import KubeClient
@@ -133,7 +141,7 @@ class OperatorState(NodeEvents):
         records = self.records.items()
         return {
             "records": len(records),
-            "pending": sum(rec.pending is not None for _key, rec in records),
+            "pending": len(self.queue),
             "owners": len(self.owned.by_owner),
             "owned": len(self.owned),
             "apply_responses": sum(len(rec.applied) for _key, rec in records),
