@@ -8,6 +8,7 @@ from typing import Any
 from deepseek_operator.api.load import parse_spec
 from deepseek_operator.engine import layout_advice as L
 from deepseek_operator.engine.decision import resolve
+from deepseek_operator.engine.stability import PreviousDecision
 from deepseek_operator.nodes.facts import NodeInventory, build_inventory
 from deepseek_operator.render.status import build_status
 from tests.gpu_nodes import make_gpu_node
@@ -108,3 +109,28 @@ def test_render_prints_the_layout_table() -> None:
     ]
     assert "TP1 x DP8 + EP" in table[2] and table[-3].endswith("(chosen)")
     assert table[-2].startswith("  layout advice: TP1 x DP8 + EP")
+
+
+def test_the_alternatives_are_decided_once_per_spec_whatever_the_previous_decision(
+    monkeypatch: Any,
+) -> None:
+    # A serving's second reconcile carries its previous decision (a different resolve key); the
+    # alternatives do not depend on it, so they are not decided again on the same inventory.
+    calls: list[int] = []
+    real = L.alternative_specs
+
+    def counted(spec: Any) -> Any:
+        calls.append(1)
+        return real(spec)
+
+    monkeypatch.setattr(L, "alternative_specs", counted)
+    inventory = _b200()
+    first = resolve(_flash(8, 1), inventory)
+    previous = PreviousDecision(first.moe_backend, first.reason)
+    again = resolve(_flash(8, 1), inventory, previous)
+    assert len(calls) == 1
+    assert first.capacity is not None and again.capacity is not None
+    assert again.capacity.layouts == first.capacity.layouts
+    # A new inventory (a node change) decides them afresh.
+    resolve(_flash(8, 1), _b200(), previous)
+    assert len(calls) == 2

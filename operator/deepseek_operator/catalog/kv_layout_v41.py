@@ -15,6 +15,7 @@ blocks equal. Pure data and arithmetic: no I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -95,6 +96,9 @@ def _class(
     return "mega" if mega_release and sm100 and _mega_serves(tensor_parallel) else "flashmla"
 
 
+# Pure functions of a few small values that every capacity figure (and each layout the advice
+# weighs) asks again; bounded, since a dtype and a backend name come from the user's spec.
+@functools.lru_cache(maxsize=64)
 def attention(
     release: str,
     cc_major: int,
@@ -152,6 +156,7 @@ def _split(spec: KvLayerSpec, layers: int, anchor: int) -> tuple[KvGroup, ...]:
     return tuple(KvGroup(((spec, len(range(i, layers, groups))),)) for i in range(groups))
 
 
+@functools.lru_cache(maxsize=64)
 def groups(att: V41Attention) -> tuple[KvGroup, ...]:
     """V4.1-Flash's KV cache groups under ``att`` (no speculative decoding).
 

@@ -140,18 +140,15 @@ def _with_layout_advice(
     if not layout_advice.advisable(spec):
         return res
 
-    claim = inventory.claim_key(owner)
-
     def decide(alternative: DeepSeekServingSpec) -> CapacityReport | None:
-        def run() -> CapacityReport | None:
-            out = resolve(alternative, inventory, None, apis, kv_role, owner, advise=False)
-            return out.capacity if out.backend_runnable and out.placement.placeable else None
+        out = resolve(alternative, inventory, None, apis, kv_role, owner, advise=False)
+        return out.capacity if out.backend_runnable and out.placement.placeable else None
 
-        # Servings of one spec on one inventory share their alternatives' decisions.
-        key = ("layout-advice", alternative.model_dump_json(), apis, kv_role, claim)
-        return inventory.memoized(key, run)
-
-    layouts = layout_advice.options(spec, res.capacity, decide)
+    # The alternatives are decided without the previous decision, so every reconcile of one
+    # spec on one inventory (and every serving of that spec) shares one entry for all of them.
+    key = ("layout-advice", spec.model_dump_json(), apis, kv_role, inventory.claim_key(owner))
+    others = inventory.memoized(key, lambda: layout_advice.alternatives(spec, decide))
+    layouts = layout_advice.options(spec, res.capacity, others)
     return dataclasses.replace(res, capacity=dataclasses.replace(res.capacity, layouts=layouts))
 
 

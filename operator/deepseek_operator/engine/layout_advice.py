@@ -67,36 +67,45 @@ def alternative_specs(spec: DeepSeekServingSpec) -> Iterator[DeepSeekServingSpec
         tp *= 2
 
 
-def options(
+def layout_rows(
+    spec: DeepSeekServingSpec, report: CapacityReport, chosen: bool
+) -> tuple[LayoutOption, ...]:
+    """``spec``'s layout on every GPU type of ``report``, one option each."""
+    p = spec.parallelism
+    return tuple(
+        LayoutOption(
+            tensor_parallel=p.tensor_parallel_size,
+            data_parallel=p.data_parallel_size,
+            expert_parallel=p.expert_parallel,
+            gpu_product=row.gpu.product,
+            concurrent_requests=row.concurrent_requests,
+            kv_layout=row.kv_layout,
+            chosen=chosen,
+        )
+        for row in report.rows
+    )
+
+
+def alternatives(
     spec: DeepSeekServingSpec,
-    chosen: CapacityReport,
     decide: Callable[[DeepSeekServingSpec], CapacityReport | None],
 ) -> tuple[LayoutOption, ...]:
-    """The chosen layout and every alternative ``decide`` accepts (it returns the alternative's
-    capacity report where the decision rules let it run and place, else None), per GPU type,
-    best first."""
+    """Every alternative of ``spec`` that ``decide`` accepts (it returns the alternative's
+    capacity report where the decision rules let it run and place, else None), per GPU type."""
     found: list[LayoutOption] = []
-
-    def add(s: DeepSeekServingSpec, rep: CapacityReport, mine: bool) -> None:
-        p = s.parallelism
-        for row in rep.rows:
-            found.append(
-                LayoutOption(
-                    tensor_parallel=p.tensor_parallel_size,
-                    data_parallel=p.data_parallel_size,
-                    expert_parallel=p.expert_parallel,
-                    gpu_product=row.gpu.product,
-                    concurrent_requests=row.concurrent_requests,
-                    kv_layout=row.kv_layout,
-                    chosen=mine,
-                )
-            )
-
-    add(spec, chosen, True)
     for alternative in alternative_specs(spec):
         rep = decide(alternative)
         if rep is not None and rep.rows and not rep.unknown and not rep.refused:
-            add(alternative, rep, False)
+            found.extend(layout_rows(alternative, rep, chosen=False))
+    return tuple(found)
+
+
+def options(
+    spec: DeepSeekServingSpec, chosen: CapacityReport, others: tuple[LayoutOption, ...]
+) -> tuple[LayoutOption, ...]:
+    """The chosen layout and the accepted alternatives (:func:`alternatives`), per GPU type,
+    best first."""
+    found = (*layout_rows(spec, chosen, chosen=True), *others)
     # Best first per GPU type; the chosen layout ahead of an equal alternative.
     return tuple(sorted(found, key=lambda o: (o.gpu_product, -o.concurrent_requests, not o.chosen)))
 
