@@ -52,11 +52,15 @@ def _explicit_layout_hint(inputs: DecisionInputs) -> str:
 def _release_checks(inputs: DecisionInputs, backend: str) -> list[CheckResult]:
     """The checks that hold or fail whatever the nodes: the release, then (a supported release)
     :data:`~.chains.RELEASE_CHAIN`."""
-    checks = [release_check(inputs.release)]
-    rules = inputs.release.rules
-    if rules is None:
-        return checks
-    return checks + run_chain(RELEASE_CHAIN, ChainContext(inputs, backend, rules))
+
+    def evaluate() -> tuple[CheckResult, ...]:
+        head = release_check(inputs.release)
+        rules = inputs.release.rules
+        if rules is None:
+            return (head,)
+        return (head, *run_chain(RELEASE_CHAIN, ChainContext(inputs, backend, rules)))
+
+    return list(inputs.once(("release checks", backend), evaluate))
 
 
 def _fused_moe_checks(inputs: DecisionInputs) -> list[CheckResult]:

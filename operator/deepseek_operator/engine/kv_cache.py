@@ -11,6 +11,7 @@ environment, no Kubernetes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -172,6 +173,23 @@ def kv_blocks(
     INFERRED for pipeline stages > 1 (not proven by conformance): each stage holds 1/PP of
     every group's layers.
     """
+    bytes_per_block, per_request = _block_shape(
+        tuple(groups), max_model_len, in_flight_tokens, pipeline_stages, dcp
+    )
+    return bytes_per_block, per_request, max(kv_bytes, 0) // bytes_per_block
+
+
+# Every capacity figure of a spec (each GPU type, both MoE paths, each layout the advice weighs)
+# asks for the same shape: a pure function of its arguments (bounded, maxModelLen is the user's).
+@functools.lru_cache(maxsize=256)
+def _block_shape(
+    groups: tuple[KvGroup, ...],
+    max_model_len: int,
+    in_flight_tokens: int,
+    pipeline_stages: int,
+    dcp: int,
+) -> tuple[int, int]:
+    """(bytes per block, blocks per request at ``max_model_len``) of :func:`kv_blocks`."""
     # Block-outermost packing (every DeepSeek V4 / V4.1 layout): the stride is rounded up to the
     # lcm of every layer's block stride alignment (vLLM 0.33.0 _get_kv_cache_bytes_per_block).
     alignment = math.lcm(*(spec.stride_alignment for g in groups for spec, _ in g.layers))
@@ -184,7 +202,7 @@ def kv_blocks(
         )
         for g in groups
     )
-    return bytes_per_block, per_request, max(kv_bytes, 0) // bytes_per_block
+    return bytes_per_block, per_request
 
 
 def async_scheduling(extra_args: Sequence[str]) -> bool:

@@ -111,6 +111,17 @@ class DecisionInputs:
     # The serving whose pods' claims hold DRA devices on the candidates (None: it holds none),
     # part of the shared results' key: those devices are free for it alone.
     claim_owner: ClaimOwner | None = None
+    # Results of this one decision that several of its steps read (the release checks: once to
+    # refuse early, again as the head of every backend chain).
+    _within: dict[Hashable, Any] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def once(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, evaluated once per decision for ``key``."""
+        if key not in self._within:
+            self._within[key] = compute()
+        return cast(_T, self._within[key])
 
     @property
     def sm100_candidates(self) -> tuple[NodeFacts, ...]:
