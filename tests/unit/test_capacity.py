@@ -250,6 +250,25 @@ def test_auto_keeps_the_fused_path_when_megamoe_cannot_meet_min_concurrent_reque
     assert res.moe_backend == "auto" and res.backend_runnable
     assert res.reason == "KVCacheCapacityFailed" and res.condition_reason == "KeptAuto"
     assert "the FusedMoE path holds it" in res.message
+    # A layout the advice weighs (advise=False) skips the what-if figures, yet computes the
+    # FusedMoE path's where the decision needs them: the same decision.
+    weighed = resolve(
+        spec(image="vllm/vllm-openai:v0.33.0", capacity={"minConcurrentRequests": asked}),
+        gb200_pool(),
+        advise=False,
+    )
+    assert weighed.condition_reason == "KeptAuto" and weighed.message == res.message
+    assert weighed.capacity is not None and res.capacity is not None
+    assert weighed.capacity.rows == res.capacity.rows
+    assert weighed.capacity.other == res.capacity.other
+
+
+def test_a_weighed_layout_carries_no_what_if_figures() -> None:
+    s = spec(image="vllm/vllm-openai:v0.33.0")
+    full, weighed = resolve(s, gb200_pool()), resolve(s, gb200_pool(), advise=False)
+    assert full.capacity is not None and weighed.capacity is not None
+    assert full.capacity.other and not weighed.capacity.other
+    assert weighed.capacity.rows == full.capacity.rows
 
 
 def test_explicit_backend_short_of_min_concurrent_requests_is_not_placeable() -> None:

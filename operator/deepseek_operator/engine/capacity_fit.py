@@ -18,11 +18,14 @@ from deepseek_operator.engine.resolution import DecisionInputs, Resolution
 from deepseek_operator.names import REASON_KEPT_AUTO, failed_reason
 
 
-def with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
+def with_capacity(inputs: DecisionInputs, res: Resolution, what_if: bool = True) -> Resolution:
     """The decision with its KVCacheCapacity check: auto keeps the FusedMoE path when MegaMoE
     cannot hold the asked requests but that path can; a path that cannot hold one request at
     maxModelLen is refused before pods start; an explicit backend short of
-    ``spec.capacity.minConcurrentRequests`` is not placeable."""
+    ``spec.capacity.minConcurrentRequests`` is not placeable.
+
+    ``what_if``: with auto, the report carries the other path's figures too (the status and
+    ``render`` show them); without, they are computed only where the decision needs them."""
     spec = inputs.spec
     mega = res.moe_backend == DEEP_GEMM_MEGA_MOE
     eligible = res.placement.eligible
@@ -35,8 +38,9 @@ def with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
     # Keyed by the eligible names as the placement lists them (sorting 2,000 names per
     # decision cost more than the rest of this step).
     gpus = inputs.over_candidates(("capacity_gpu_types", eligible), gpu_types)
+    release = inputs.release.version
     rep = capacity_report.report(
-        spec, inputs.facts, inputs.release.version, mega, gpus, with_other=spec.moe_backend == AUTO
+        spec, inputs.facts, release, mega, gpus, with_other=what_if and spec.moe_backend == AUTO
     )
     passed, message = capacity_report.kv_cache_check(rep)
     result = check(
@@ -50,9 +54,12 @@ def with_capacity(inputs: DecisionInputs, res: Resolution) -> Resolution:
         return res
     name = capacity_report.KV_CACHE_CAPACITY
     if spec.moe_backend == AUTO and mega:
+        other = rep.other
+        if not what_if and not rep.unknown:  # computed now: the decision needs them here
+            other = capacity_report.path_rows(spec, inputs.facts, release, False, gpus)[0]
         fused = capacity_report.CapacityReport(
             mega_moe=False,
-            rows=rep.other,
+            rows=other,
             other=rep.rows,
             unknown="",
             min_requests=rep.min_requests,

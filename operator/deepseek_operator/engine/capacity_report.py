@@ -110,6 +110,24 @@ class CapacityReport:
         return bool(self.unknown) or not self.rows or bool(self.holding)
 
 
+def path_rows(
+    spec: DeepSeekServingSpec,
+    facts: ModelFacts,
+    release: str,
+    mega_moe: bool,
+    gpus: Sequence[GpuType],
+) -> tuple[tuple[Capacity, ...], str]:
+    """The capacity of ``spec`` on every GPU type in ``gpus`` for one path, or () and why no
+    figures are known."""
+    out: list[Capacity] = []
+    for gpu in gpus:
+        cap = capacity(spec, facts, release, mega_moe, gpu)
+        if isinstance(cap, Unknown):
+            return (), cap.reason
+        out.append(cap)
+    return tuple(out), ""
+
+
 def report(
     spec: DeepSeekServingSpec,
     facts: ModelFacts,
@@ -132,17 +150,10 @@ def report(
             mega_moe=mega_moe, rows=(), other=(), unknown="", min_requests=asked, refused=refused
         )
 
-    def rows(mega: bool) -> tuple[tuple[Capacity, ...], str]:
-        out: list[Capacity] = []
-        for gpu in gpus:
-            cap = capacity(spec, facts, release, mega, gpu)
-            if isinstance(cap, Unknown):
-                return (), cap.reason
-            out.append(cap)
-        return tuple(out), ""
-
-    mine, unknown = rows(mega_moe)
-    other = rows(not mega_moe)[0] if with_other and not unknown else ()
+    mine, unknown = path_rows(spec, facts, release, mega_moe, gpus)
+    other = (
+        path_rows(spec, facts, release, not mega_moe, gpus)[0] if with_other and not unknown else ()
+    )
     if not unknown and not gpus:
         unknown = "no candidate node's GPU memory is known (agent or GFD memory label)"
     return CapacityReport(

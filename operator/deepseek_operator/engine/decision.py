@@ -62,7 +62,9 @@ def resolve(
     serving whose projected spec ``spec`` is (its KV-transfer refusals are checked too).
     ``owner``: the serving's workloads, whose pods' ResourceClaims hold DRA devices that are
     free for it (devices any other claim holds are not). ``advise``: list the other layouts of
-    the same GPUs the decision rules accept in the capacity report (engine/layout_advice.py).
+    the same GPUs the decision rules accept in the capacity report (engine/layout_advice.py),
+    and with auto the other MoE path's figures; without (a layout the advice weighs, or argv
+    alone), neither is computed.
     """
     apis = apis or ClusterApis()
     facts = model_facts(spec.model)
@@ -111,7 +113,7 @@ def resolve(
         res = decide_explicit_mega_moe(inputs, requested)
     else:
         res = decide_explicit_other(inputs, requested)
-    res = with_capacity(inputs, res)
+    res = with_capacity(inputs, res, what_if=advise)
     if advise and not multi_pod and res.capacity is not None and res.capacity.rows:
         res = _with_layout_advice(res, spec, inventory, apis, kv_role, owner)
     # With ``auto``, pods claim through DRA only where every node of their pool has its GPUs
