@@ -131,14 +131,12 @@ def _variants() -> Iterator[tuple[str, str]]:
 def _run_render(spec_path: str, nodes: str | None, fmt: str, lws: bool, cd: bool) -> dict[str, Any]:
     from deepseek_operator.commands import render
 
-    args = argparse.Namespace(
-        filename=spec_path,
-        nodes=nodes,
-        from_cluster=False,
-        output=fmt,
-        leader_worker_set=lws,
-        compute_domain=cd,
-    )
+    # The command's own parser, so that every flag a capture does not set keeps its default.
+    parser = argparse.ArgumentParser()
+    render.add_arguments(parser)
+    argv = ["-f", spec_path, "-o", fmt, *(["--nodes", nodes] if nodes else [])]
+    argv += [*([] if lws else ["--no-leaderworkerset"]), *([] if cd else ["--no-compute-domain"])]
+    args = parser.parse_args(argv)
     out, err = io.StringIO(), io.StringIO()
 
     class _Clock(dt.datetime):
@@ -179,7 +177,7 @@ def capture(dest: pathlib.Path) -> int:
     dest.mkdir(parents=True, exist_ok=False)
     # Import the code under test first: a capture renders the tree as it was when it started.
     importlib.import_module("deepseek_operator.commands.render")
-    total = rendered = 0
+    total = rendered = raised = 0
     with tempfile.TemporaryDirectory() as tmp:
         specs: list[tuple[str, str]] = [(str(p.relative_to(REPO)), str(p)) for p in _spec_files()]
         for i, (case, text) in enumerate(_variants()):
@@ -206,7 +204,12 @@ def capture(dest: pathlib.Path) -> int:
                         out.write_text(_outcome_text(result))
                         total += 1
                         rendered += result["rc"] == 0
+                        raised += str(result["rc"]).startswith("raise:")
     print(f"{total} cases ({rendered} rendered, {total - rendered} refused) -> {dest}")
+    if raised:
+        # An exception is a bug of render (or of this harness), never an answer to a user.
+        print(f"error: {raised} cases raised an exception (rc 'raise:...')", file=sys.stderr)
+        return 1
     return 0
 
 
