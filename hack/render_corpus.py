@@ -201,7 +201,9 @@ def capture(dest: pathlib.Path) -> int:
                             continue
                         result = _run_render(path, str(node) if node else None, fmt, lws, cd)
                         out.parent.mkdir(parents=True, exist_ok=True)
-                        out.write_text(_outcome_text(result))
+                        # Paths in messages name the input, not where this capture ran.
+                        text = _outcome_text(result).replace(tmp, "<inputs>")
+                        out.write_text(text.replace(str(REPO), "<repo>"))
                         total += 1
                         rendered += result["rc"] == 0
                         raised += str(result["rc"]).startswith("raise:")
