@@ -32,6 +32,7 @@ from tests.kind.recipe import recipe_commands
 pytestmark = pytest.mark.kind
 
 NS = "deepseek-operator"
+OPERATOR_SELECTOR = "app.kubernetes.io/component=operator"
 
 
 def test_the_readme_recipe_is_what_the_tier_runs() -> None:
@@ -54,9 +55,7 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 
 def operator_pods(kc: KindCluster) -> list[dict[str, Any]]:
-    pods = kc.kubectl_json("get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=operator")[
-        "items"
-    ]
+    pods = kc.kubectl_json("get", "pods", "-n", NS, "-l", OPERATOR_SELECTOR)["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
@@ -79,11 +78,20 @@ def test_readme_kind_recipe_with_the_local_images_and_failover(kind_cluster: Kin
     timings["operators_ready"] = time.monotonic() - t0
     assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in pods)
 
+    seen: dict[str, Any] = {}
+
     def resolved() -> dict[str, Any] | None:
         obj = kc.kubectl_json("get", "dss", "dsv41", "-n", "llm")
-        return obj if condition(obj, "BackendResolved").get("status") == "True" else None
+        seen["condition"] = condition(obj, "BackendResolved")
+        return obj if seen["condition"].get("status") == "True" else None
 
-    obj = wait_for(resolved, timeout=120, what="BackendResolved=True")
+    try:
+        obj = wait_for(resolved, timeout=120, what="BackendResolved=True")
+    except AssertionError as exc:
+        # What the operators said and did: a timeout alone tells the next reader nothing.
+        logs = kc.kubectl("logs", "-n", NS, "-l", OPERATOR_SELECTOR, "--tail=40", check=False)
+        raise AssertionError(f"{exc}; last BackendResolved: {seen.get('condition')}; "
+                             f"operator logs:\n{logs.stdout}{logs.stderr}") from None  # fmt: skip
     timings["resolved"] = time.monotonic() - t0
     assert condition(obj, "BackendResolved")["reason"] == "MegaMoESelected"
     assert obj["status"]["resolved"]["moeBackend"] == "deep_gemm_mega_moe"
